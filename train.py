@@ -39,7 +39,7 @@ reward_fn = 'arithmetic'      # a key of rewards.REWARDS
 rollout_engine = 'vllm'       # 'vllm' (colocated engine) or 'hf' (plain generate, the fallback)
 prompts_per_step = 8          # distinct prompts per step
 group_size = 8                # G: samples per prompt
-max_new_tokens = 24           # L_max: completions are cut here (and marked truncated)
+max_new_tokens = 16             # L_max: completions are cut here (and marked truncated)
 temperature = 1.0             # sampling temperature; log-probs are scored at the same T
 top_p = 1.0                   # keep 1.0 and top_k 0 unless you mean it: both bias the IS ratio
 top_k = 0
@@ -65,13 +65,13 @@ entropy_coef = 0.0            # entropy bonus
 tis_mode = 'none'             # truncated IS against the sampler's log-probs: none | token_truncate | ...
 tis_cap = 2.0
 # optimization
-learning_rate = 1e-5
+learning_rate = 2e-5
 weight_decay = 0.0
 beta1 = 0.9
 beta2 = 0.99
 grad_clip = 1.0               # max global grad norm (0: off)
 warmup_iters = 0              # linear learning-rate warmup
-max_iters = 40                # optimizer steps (x num_iterations passes each)
+max_iters = 30                # optimizer steps (x num_iterations passes each)
 micro_batch_size = 16         # sequences per forward/backward; gradients accumulate over the step
 dtype = 'bfloat16'            # autocast dtype of the transformer body; the LM head is always fp32
 # eval and checkpoints

@@ -1,4 +1,6 @@
 """configurator.py: every bad-config case is one clear line on stderr and exit code 2, before any model loads."""
+import ast
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +48,34 @@ def test_overrides_apply_in_order(tmp_path):
             "exec(open('configurator.py').read()); print(repr((learning_rate, max_iters, loss_type)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "(2.0, 7, 'dapo')"
+
+
+def train_defaults():
+    """The config globals of train.py (literal assignments at module level), without running it."""
+    defaults = {}
+    for node in ast.parse(open(os.path.join(ROOT, "train.py")).read()).body:
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            defaults.update({t.id: value for t in node.targets})
+    return defaults
+
+
+RECIPES = sorted(f for f in os.listdir(os.path.join(ROOT, "config")) if f.endswith(".py"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_loads_and_names_a_valid_variant(recipe):
+    """Each config/*.py runs through the configurator over train.py's defaults without an error."""
+    from losses import LOSS_TYPES
+    defaults = train_defaults()
+    code = (f"import sys, json; globals().update({defaults!r}); sys.argv = ['x', 'config/{recipe}']; "
+            "exec(open('configurator.py').read()); print(json.dumps({k: globals()[k] for k in " + repr(sorted(defaults)) + "}))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout.strip().splitlines()[-1])
+    assert config["loss_type"] in LOSS_TYPES
+    if recipe[:-3] in LOSS_TYPES:  # the variant recipes are named after their loss_type
+        assert config["loss_type"] == recipe[:-3] and config["num_iterations"] == 2
