@@ -1,14 +1,29 @@
 """
-Rewards: verifiers that score a completion against a row's `answer`, and a registry by name.
+Rewards: verifiers that score a completion against a row's `answer`, format checks and length shaping.
 
-    REWARDS[name](completion: str, answer) -> float
+    REWARDS[name](completion: str, answer) -> float          correctness: 1.0 right, 0.0 wrong
+    FORMATS[name](completion: str) -> float                  1.0 if the answer is where the prompt asked
+    overlong_penalty(length, max_len, cache_len) -> float    DAPO's soft overlong punishment
+    kimi_length_reward(lengths, correct, group_size) -> list[float]    Kimi k1.5's length reward
 
-Model output is data. Verifiers read it with regular expressions and int(); nothing the model wrote is
-ever executed (no eval, exec or sympify).
+Every verifier returns correctness as 1.0 / 0.0. DAPO rewards +1 right / -1 wrong: the trainer maps a wrong
+answer (0.0) to its configurable `reward_wrong` (-1.0 in the DAPO recipe), so one verifier serves every recipe.
+
+Model output is data. Verifiers read it with str methods, simple regular expressions (no nested quantifiers,
+so no catastrophic backtracking), int(), Fraction() and ast.parse(); nothing the model wrote is ever executed
+(no eval, exec or sympify). Verifiers read only the last TAIL_CHARS characters of a completion, as verl's DAPO
+verifier reads the last 300: the final answer is at the end, and a megabyte of output costs nothing more.
 """
+import ast
 import re
+from fractions import Fraction
+from itertools import accumulate
 
+TAIL_CHARS = 2000
 INTEGER = re.compile(r"-?\d[\d,]*")  # 42, -7, 1,000
+# A number: 42, -7, 1,000 (commas only in groups of three, so the list "1,2,3" is three numbers), 72.0
+NUMBER = re.compile(r"-?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")
+MAX_NUMBER_CHARS = 40  # longer "numbers" are not answers (and int() refuses > 4300 digits anyway)
 
 
 def _to_int(text):
@@ -16,6 +31,23 @@ def _to_int(text):
         return int(text.replace(",", ""))
     except ValueError:  # e.g. "1,,2" or a 10,000-digit number (Python refuses to parse those)
         return None
+
+
+def _tail(completion):
+    """The last TAIL_CHARS characters, trailing whitespace dropped: where the final answer is."""
+    return completion.rstrip()[-TAIL_CHARS:]
+
+
+def _last_match(pattern, text):
+    matches = list(pattern.finditer(text))  # text is a _tail: at most TAIL_CHARS long
+    return matches[-1] if matches else None
+
+
+def _to_number(text):
+    """'1,000' -> Fraction(1000), '72.0' -> Fraction(72); None if not exactly a NUMBER or too long."""
+    if len(text) > MAX_NUMBER_CHARS or not NUMBER.fullmatch(text):
+        return None
+    return Fraction(text.replace(",", ""))
 
 
 # ----------------------------------------------------------------------------
@@ -38,6 +70,174 @@ def arithmetic_reward(completion, answer):
     return float(given is not None and given == int(answer))
 
 
-REWARDS = {
-    "arithmetic": arithmetic_reward,
-}
+def arithmetic_format(completion):
+    return float(re.fullmatch(r"-?[0-9]+", completion.strip()) is not None)
+
+
+# ----------------------------------------------------------------------------
+# countdown (TinyZero): answer = {"target": T, "numbers": [...]}; the model writes <answer> EXPR </answer>.
+# Rules: EXPR combines ALL the given numbers, each exactly once (as a multiset: a number given twice may
+# be used twice), with binary + - * / and parentheses only. No unary minus (every operator combines two
+# numbers: "-3" is not one of the given numbers), no ** or //, no other literals. Division is exact
+# (Fraction), so a non-integer intermediate such as 6 / (1 - 3/4) = 24 is allowed, as TinyZero's true
+# division allows it; the final value must equal the target exactly (TinyZero compares floats within 1e-5).
+# Division by zero is wrong. TinyZero checks characters with a regex and then calls eval(); we never eval.
+# Caps, checked before parsing so hostile output is rejected in microseconds: at most 200 characters,
+# parentheses nested at most 10 deep, literals of at most 6 digits. An answer over a cap is wrong.
+
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+MAX_EXPRESSION_CHARS = 200
+MAX_NESTING = 10
+MAX_LITERAL_DIGITS = 6
+EXPRESSION_CHARS = re.compile(r"[0-9+\-*/() ]*")  # [0-9], not \d: \d also matches unicode digits ('٣')
+OPERATORS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__,
+             ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
+
+
+def last_answer_block(completion):
+    """The text inside the last <answer>...</answer>, or None. str.rfind: linear time, no regex."""
+    tail = _tail(completion)
+    end = tail.rfind(ANSWER_CLOSE)
+    start = tail.rfind(ANSWER_OPEN, 0, max(end, 0))
+    return tail[start + len(ANSWER_OPEN):end] if 0 <= start < end else None
+
+
+def evaluate_expression(node):
+    """Exact value of an arithmetic AST with int literals and + - * / only; ValueError on anything else."""
+    if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+        return OPERATORS[type(node.op)](evaluate_expression(node.left), evaluate_expression(node.right))
+    if isinstance(node, ast.Constant) and type(node.value) is int:  # type() is int: rejects True/False
+        return Fraction(node.value)
+    raise ValueError(f"not allowed in an answer: {type(node).__name__}")
+
+
+def countdown_reward(completion, answer):
+    expression = last_answer_block(completion)
+    # Cheap checks first, all before parsing: length, characters, literals, nesting.
+    if expression is None or len(expression) > MAX_EXPRESSION_CHARS:
+        return 0.0
+    expression = " ".join(expression.split())  # newlines and tabs to spaces; no leading space for ast
+    if not EXPRESSION_CHARS.fullmatch(expression):
+        return 0.0
+    # With only these characters, every run of digits is one integer literal of the expression.
+    literals = re.findall(r"[0-9]+", expression)
+    if any(len(x) > MAX_LITERAL_DIGITS for x in literals):
+        return 0.0
+    if sorted(int(x) for x in literals) != sorted(answer["numbers"]):  # each number exactly once (this
+        return 0.0                                                       # also caps the literal count)
+    depth = accumulate(1 if c == "(" else -1 if c == ")" else 0 for c in expression)
+    if max(depth, default=0) > MAX_NESTING:
+        return 0.0
+    try:
+        value = evaluate_expression(ast.parse(expression, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return 0.0
+    return float(value == answer["target"])
+
+
+def countdown_format(completion):
+    """Exactly one <answer> and one </answer>, in that order (the whole completion is counted)."""
+    opens, closes = completion.count(ANSWER_OPEN), completion.count(ANSWER_CLOSE)
+    return float(opens == closes == 1 and completion.find(ANSWER_OPEN) < completion.find(ANSWER_CLOSE))
+
+
+# ----------------------------------------------------------------------------
+# gsm8k: answer = "72". GSM8K's reference solutions end with "#### 72" and the prompt asks for that form,
+# which models usually follow. The answer is the number right after the last '####' (spaces and '$'
+# skipped), like lm-eval's strict match; a '####' with no number after it is wrong. Without any '####', it
+# is the last number in the completion (like lm-eval's flexible match). Compared as numbers: "1,000"
+# equals 1000, "72.0" equals 72.
+
+def _number_after_marker(tail):
+    return NUMBER.match(tail.rsplit("####", 1)[1].lstrip(" \t$")) if "####" in tail else None
+
+
+def read_gsm8k_answer(completion):
+    tail = _tail(completion)
+    match = _number_after_marker(tail) if "####" in tail else _last_match(NUMBER, tail)
+    return _to_number(match.group()) if match else None
+
+
+def gsm8k_reward(completion, answer):
+    given = read_gsm8k_answer(completion)
+    return float(given is not None and given == Fraction(answer))
+
+
+def gsm8k_format(completion):
+    return float(_number_after_marker(_tail(completion)) is not None)
+
+
+# ----------------------------------------------------------------------------
+# dapo_math, aime24: answer = "34". The DAPO prompt asks for "Answer: $Answer" on the last line. The answer
+# is the text after the LAST "Answer:" (any case, as verl's math_dapo), up to the end of its line, with
+# spaces, '$', '*', a trailing '.' and a \boxed{...} around it removed; it must then be exactly one number,
+# so "Answer: 34 or 35" is wrong. Compared as integers: "034" and "34.0" equal 34.
+
+ANSWER_LINE = re.compile(r"answer\s*:([^\n]*)", re.IGNORECASE)
+
+
+def read_dapo_answer(completion):
+    match = _last_match(ANSWER_LINE, _tail(completion))
+    if match is None:
+        return None
+    text = match.group(1).strip(" \t\r$*.")
+    if text.startswith("\\boxed{") and text.endswith("}"):
+        text = text[len("\\boxed{"):-1].strip()
+    return _to_number(text)
+
+
+def dapo_math_reward(completion, answer):
+    given = read_dapo_answer(completion)
+    return float(given is not None and given == Fraction(answer))
+
+
+def dapo_math_format(completion):
+    return float(_tail(completion).rsplit("\n", 1)[-1].lstrip().startswith("Answer:"))
+
+
+# AIME 2024 is evaluated with the DAPO prompt (data/aime24/prepare.py), so with the DAPO verifier.
+REWARDS = {"arithmetic": arithmetic_reward, "countdown": countdown_reward, "gsm8k": gsm8k_reward,
+           "dapo_math": dapo_math_reward, "aime24": dapo_math_reward}
+FORMATS = {"arithmetic": arithmetic_format, "countdown": countdown_format, "gsm8k": gsm8k_format,
+           "dapo_math": dapo_math_format, "aime24": dapo_math_format}
+
+
+# ----------------------------------------------------------------------------
+# Length shaping, added to the correctness reward by the trainer.
+
+def overlong_penalty(length, max_len, cache_len):
+    """DAPO's soft overlong punishment (DAPO paper, "Overlong Reward Shaping"); L_max = max_len,
+    L_cache = cache_len, |y| = length in tokens:
+        R_length(y) = 0                                    if |y| <= L_max - L_cache
+                      ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+                      -1                                   if |y| > L_max
+    E.g. L_max 20,480, L_cache 4,096: no penalty up to 16,384 tokens, -0.5 at 18,432."""
+    if not 0 < cache_len <= max_len:
+        raise ValueError(f"overlong_penalty needs 0 < cache_len <= max_len, got {cache_len=}, {max_len=}")
+    free = max_len - cache_len
+    if length <= free:
+        return 0.0
+    return (free - length) / cache_len if length <= max_len else -1.0
+
+
+def kimi_length_reward(lengths, correct, group_size):
+    """Kimi k1.5's length reward (Kimi k1.5 paper, "Length Penalty") within each group of group_size
+    consecutive samples (the answers to one prompt), lengths in tokens:
+        lambda_i = 0.5 - (len_i - min_len) / (max_len - min_len)
+        reward_i = lambda_i if answer i is correct, else min(0, lambda_i)
+    A group whose lengths are all equal gets 0. correct[i] > 0 means correct (bools or 1.0/0.0 scores).
+    E.g. lengths 1000, 3000, 5000 -> lambda = [0.5, 0, -0.5]: a short wrong answer is not praised.
+    (open-r1's len_reward counts characters over the whole batch; this is per group, in tokens, as in the
+    paper.)"""
+    lengths, correct = list(lengths), list(correct)
+    if group_size < 1 or len(lengths) != len(correct) or len(lengths) % group_size:
+        raise ValueError(f"kimi_length_reward needs len(lengths) == len(correct), a multiple of {group_size=}; "
+                         f"got {len(lengths)} and {len(correct)}")
+    rewards = []
+    for start in range(0, len(lengths), group_size):
+        group = lengths[start:start + group_size]
+        shortest, longest = min(group), max(group)
+        for length, ok in zip(group, correct[start:start + group_size]):
+            lam = 0.5 - (length - shortest) / (longest - shortest) if longest > shortest else 0.0
+            rewards.append(lam if ok > 0 else min(0.0, lam))
+    return rewards

@@ -15,9 +15,11 @@ vLLM runs in the training process (colocated, in-process engine core). After eve
 sync_weights() pushes the trainer's weights into it; without that, the next rollout samples from a stale
 policy while the trainer believes it is on-policy (the bug of TRL issue #5312).
 """
+import math
 import os
 
 import torch
+import torch.nn.functional as F
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process, not a child
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")          # GiB of KV cache when vLLM runs on CPU
@@ -118,3 +120,60 @@ def make_batch(tokenizer, prompts, completions, logps, max_new_tokens, eos):
         "truncated": torch.tensor([len(c) >= max_new_tokens and (not c or c[-1] != eos) for c in completions]),
         "completions": tokenizer.batch_decode(completions, skip_special_tokens=True),
     }
+
+
+# -----------------------------------------------------------------------------
+# DAPO dynamic sampling: keep only groups whose answers disagree
+
+def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversample=1.5, max_rounds=10, pad_id=0):
+    """DAPO's dynamic sampling (seed 000, "Dynamic Sampling"): a group whose G answers are all right or all
+    wrong has zero advantage everywhere and only dilutes the batch. Generate, drop those degenerate groups,
+    and generate more (oversample x the groups still missing, per round) until the step has at least
+    prompts_per_step live groups, or max_rounds rounds have run (0: no bound; then proceed with what we have).
+    Live groups beyond prompts_per_step are trained on too, not thrown away: they are as on-policy as the rest.
+
+    next_rows(n) -> n dataset rows; rollout_fn(rows) -> batch with a 'correct' (B,) tensor.
+    Returns (batch of all live groups or None if there are none, stats)."""
+    kept, n_live, rounds, n_groups, n_degenerate, n_correct = [], 0, 0, 0, 0, 0.0
+    while n_live < prompts_per_step and (max_rounds == 0 or rounds < max_rounds):
+        rounds += 1
+        batch = rollout_fn(next_rows(math.ceil((prompts_per_step - n_live) * oversample)))
+        correct = batch['correct'].view(-1, group_size)                          # (groups, G)
+        is_live = correct.max(1).values != correct.min(1).values                 # (groups,)
+        n_groups, n_degenerate = n_groups + len(is_live), n_degenerate + (~is_live).sum().item()
+        n_correct += correct.sum().item()
+        live = is_live.nonzero().squeeze(1)   # every live group is kept, the surplus of the last round too
+        if len(live):
+            rows = (live[:, None] * group_size + torch.arange(group_size)).flatten()
+            kept.append(select_rows(batch, rows))
+            n_live += len(live)
+    stats = {'accuracy': n_correct / max(n_groups * group_size, 1), 'gen_rounds': rounds, 'degenerate_frac': n_degenerate / max(n_groups, 1),
+             'prompts_consumed': n_groups, 'live_groups': n_live}
+    return (concat_batches(kept, pad_id) if kept else None), stats
+
+
+def select_rows(batch, rows):
+    return {k: v[rows] if torch.is_tensor(v) else [v[i] for i in rows.tolist()] if isinstance(v, list) else v
+            for k, v in batch.items()}
+
+
+def concat_batches(batches, pad_id):
+    """Stack batches of different padded widths: prompts re-padded on the left, completions on the right."""
+    P = max(b['prompt_ids'].shape[1] for b in batches)
+    C = max(b['completion_ids'].shape[1] for b in batches)
+    widths = {'prompt_ids': (P, pad_id, True), 'prompt_mask': (P, 0, True), 'completion_ids': (C, pad_id, False),
+              'completion_mask': (C, 0, False), 'rollout_logp': (C, 0, False)}
+    out = {}
+    for k, v in batches[0].items():
+        parts = [b[k] for b in batches]
+        if v is None:
+            out[k] = None
+        elif isinstance(v, list):
+            out[k] = [x for p in parts for x in p]
+        elif k in widths:
+            width, value, left = widths[k]
+            out[k] = torch.cat([F.pad(p, ((width - p.shape[1], 0) if left else (0, width - p.shape[1])), value=value)
+                                for p in parts])
+        else:
+            out[k] = torch.cat(parts)
+    return out

@@ -21,10 +21,10 @@ import time
 import torch
 from tqdm import tqdm
 
-from losses import LOSS_TYPES, group_advantages, policy_loss
+from losses import KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, group_advantages, policy_loss
 from model import completion_logprobs, load_model, load_trainer_state, save_checkpoint
-from rewards import REWARDS
-from rollout import encode_prompts, generate, init_engine, sync_weights
+from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty
+from rollout import dynamic_sample, encode_prompts, generate, init_engine, sync_weights
 
 # -----------------------------------------------------------------------------
 # config: the defaults are the offline CPU demo (config/cpu_demo.py restates and explains them)
@@ -34,7 +34,14 @@ init_from = 'models/smollm2/hf'  # an HF folder or hub id, or 'resume' to contin
 seed = 0
 # data and reward
 data_dir = 'data/arithmetic'  # train.jsonl and test.jsonl, rows {"prompt": [messages], "answer": ...}
-reward_fn = 'arithmetic'      # a key of rewards.REWARDS
+eval_data_dir = ''            # held-out set from another task folder (e.g. 'data/aime24'); '' = data_dir
+reward_fn = 'arithmetic'      # a key of rewards.REWARDS: the task's verifier (1 right, 0 wrong)
+reward_wrong = 0.0            # task reward of a wrong answer (DAPO: -1.0); a right one scores 1.0
+format_coef = 0.0             # weight of the format reward (the answer in the place the prompt asked for)
+overlong_buffer = 0           # DAPO soft overlong punishment: L_cache tokens before max_new_tokens (0: off)
+length_reward_coef = 0.0      # Kimi k1.5 length reward, within each group (0: off)
+length_reward_warmup = 0      # steps before the length reward switches on (Kimi: it slows early learning)
+max_bad_rows = 100            # malformed data rows are reported and skipped; more than this aborts
 # rollout
 rollout_engine = 'vllm'       # 'vllm' (colocated engine) or 'hf' (plain generate, the fallback)
 prompts_per_step = 8          # distinct prompts per step
@@ -43,6 +50,10 @@ max_new_tokens = 16             # L_max: completions are cut here (and marked tr
 temperature = 1.0             # sampling temperature; log-probs are scored at the same T
 top_p = 1.0                   # keep 1.0 and top_k 0 unless you mean it: both bias the IS ratio
 top_k = 0
+dynamic_sampling = False      # DAPO: drop groups whose answers are all right or all wrong, sample more
+oversample = 1.5              # dynamic sampling: each round samples this many times the groups still missing
+max_gen_batches = 10          # dynamic sampling: at most this many rounds per step (0: unlimited)
+mask_truncated = False        # DAPO overlong filtering: no loss on completions cut at max_new_tokens
 vllm_gpu_memory_utilization = 0.3  # GPU: fraction of memory for vLLM (on CPU: VLLM_CPU_KVCACHE_SPACE GiB)
 vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
 # loss (losses.py)
@@ -93,14 +104,60 @@ def config_error(msg):
     print(f"config error: {msg}", file=sys.stderr)
     sys.exit(2)
 
-if loss_type not in LOSS_TYPES:
-    config_error(f"loss_type={loss_type!r}; valid: {', '.join(LOSS_TYPES)}")
-if reward_fn not in REWARDS:
-    config_error(f"reward_fn={reward_fn!r}; valid: {', '.join(REWARDS)}")
+for key, valid in [('loss_type', LOSS_TYPES), ('reward_fn', tuple(REWARDS)), ('adv_scale', ('group', 'batch', 'none')),
+                   ('rollout_engine', ('vllm', 'hf')), ('dtype', ('float32', 'bfloat16', 'float16')),
+                   ('tis_mode', TIS_MODES), ('kl_estimator', KL_ESTIMATORS)]:
+    if globals()[key] not in valid:
+        config_error(f"{key}={globals()[key]!r}; valid: {', '.join(valid)}")
+if not 0 <= overlong_buffer <= max_new_tokens:
+    config_error(f"overlong_buffer={overlong_buffer} must lie in 0..max_new_tokens={max_new_tokens}")
 if group_size < 2:
     config_error(f"group_size={group_size}: a group advantage needs at least 2 samples per prompt")
 if num_iterations < 1 or max_iters < 0 or prompts_per_step < 1 or micro_batch_size < 1:
     config_error("num_iterations, prompts_per_step and micro_batch_size must be >= 1, max_iters >= 0")
+
+# -----------------------------------------------------------------------------
+# data: every task's rows share one format (data/*/prepare.py)
+def row_problem(row):
+    """What is wrong with a data row, or None. Rows: {"prompt": [{"role", "content"}, ...], "answer": ...}."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    prompt = row.get('prompt')
+    if not isinstance(prompt, list) or not prompt or not all(
+            isinstance(m, dict) and isinstance(m.get('role'), str) and isinstance(m.get('content'), str) for m in prompt):
+        return "'prompt' must be a non-empty list of {'role': str, 'content': str} messages"
+    if row.get('answer') is None:
+        return "missing 'answer'"
+    return None
+
+def load_rows(directory, split):
+    """A task's jsonl split. Malformed rows are reported with file and line, skipped and counted."""
+    path = os.path.join(directory, f'{split}.jsonl')
+    if not os.path.exists(path):
+        config_error(f"{path} not found: run `python {directory}/prepare.py` first")
+    rows, bad = [], 0
+    for lineno, line in enumerate(open(path), 1):
+        try:
+            row = json.loads(line)
+            problem = row_problem(row)
+        except json.JSONDecodeError as e:
+            problem = f"not valid JSON ({e.msg})"
+        if problem is None:
+            rows.append(row)
+            continue
+        bad += 1
+        if bad <= 5:
+            print(f"{path}:{lineno}: {problem}; row skipped")
+        if bad > max_bad_rows:
+            config_error(f"{path}: more than max_bad_rows={max_bad_rows} malformed rows")
+    if bad:
+        print(f"{path}: {bad} malformed rows skipped, {len(rows)} kept")
+    if not rows:
+        config_error(f"{path}: no usable rows")
+    return rows
+
+train_rows = load_rows(data_dir, 'train') if max_iters > 0 else []
+test_rows = load_rows(eval_data_dir or data_dir, 'test')[:eval_problems] if eval_interval else []
 
 # -----------------------------------------------------------------------------
 # setup
@@ -128,33 +185,43 @@ ref_model = load_model(init_from if not resume else state['config']['init_from']
 engine = init_engine(rollout_engine, model_path, seed=seed, gpu_memory_utilization=vllm_gpu_memory_utilization,
                      fp32_head=vllm_fp32_head)
 
-def load_rows(split):
-    path = os.path.join(data_dir, f'{split}.jsonl')
-    if not os.path.exists(path):
-        config_error(f"{path} not found: run `python {data_dir}/prepare.py` first")
-    return [json.loads(line) for line in open(path)]
-
-train_rows, test_rows = load_rows('train'), load_rows('test')[:eval_problems]
 train_order = list(range(len(train_rows)))
-random.Random(seed).shuffle(train_order)  # fixed order: the data position is a pure function of the step
+random.Random(seed).shuffle(train_order)  # one fixed order; data_cursor is the position in it
+data_cursor = state['data_cursor'] if resume else 0  # prompts consumed so far (saved in checkpoints)
 
-def step_rows(step):
-    start = step * prompts_per_step
-    return [train_rows[train_order[(start + j) % len(train_rows)]] for j in range(prompts_per_step)]
+def next_rows(n):
+    global data_cursor
+    rows = [train_rows[train_order[(data_cursor + j) % len(train_rows)]] for j in range(n)]
+    data_cursor += n
+    return rows
 
 def rollout(rows, G):
-    """Sample G completions per row and score each with the task's verifier."""
+    """Sample G completions per row; 'correct' is the task verifier's verdict (1.0 right, 0.0 wrong)."""
     prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
     batch = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
                      model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype)
-    batch['rewards'] = torch.tensor([REWARDS[reward_fn](c, rows[i // G]['answer'])
+    batch['correct'] = torch.tensor([REWARDS[reward_fn](c, rows[i // G]['answer'])
                                      for i, c in enumerate(batch['completions'])])
     return batch
+
+def shaped_rewards(batch, step):
+    """The reward each sample trains on: task reward plus the enabled shaping terms, each also returned
+    alone so that it is logged on its own (B,) tensors."""
+    lengths = batch['completion_mask'].sum(1)
+    parts = {'task': torch.where(batch['correct'] > 0, 1.0, reward_wrong)}
+    if format_coef:
+        parts['format'] = format_coef * torch.tensor([FORMATS[reward_fn](c) for c in batch['completions']])
+    if overlong_buffer:
+        parts['overlong'] = torch.tensor([overlong_penalty(int(n), max_new_tokens, overlong_buffer) for n in lengths])
+    if length_reward_coef and step >= length_reward_warmup:
+        parts['length'] = length_reward_coef * torch.tensor(
+            kimi_length_reward(lengths.tolist(), batch['correct'].tolist(), group_size))
+    return sum(parts.values()), parts
 
 def evaluate():
     """Held-out avg@k: k samples per test problem at the training temperature, mean accuracy."""
     batch = rollout(test_rows, eval_samples)
-    return {'eval/accuracy': batch['rewards'].mean().item(),
+    return {'eval/accuracy': batch['correct'].mean().item(),
             'eval/completion_len': batch['completion_mask'].sum(1).mean().item(),
             'eval/truncated': batch['truncated'].float().mean().item()}
 
@@ -195,15 +262,30 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
 
     # --- rollout and rewards
     t0 = time.time()
-    batch = rollout(step_rows(step), group_size)
+    if dynamic_sampling:
+        batch, sample_stats = dynamic_sample(next_rows, lambda rows: rollout(rows, group_size), prompts_per_step,
+                                             group_size, oversample, max_gen_batches, tokenizer.pad_token_id)
+        if sample_stats['live_groups'] < prompts_per_step:
+            tqdm.write(f"step {step + 1}: only {sample_stats['live_groups']} live groups after "
+                       f"{sample_stats['gen_rounds']} rounds (max_gen_batches={max_gen_batches}); training on those")
+    else:
+        batch = rollout(next_rows(prompts_per_step), group_size)
+        sample_stats = {'accuracy': batch['correct'].mean().item()}
     rollout_time = time.time() - t0
-    B = len(batch['completions'])
-    mask = batch['completion_mask']                                            # (B, C)
+    if batch is None:  # every sampled group was degenerate: nothing to learn from in this step
+        log({'step': step + 1, **sample_stats, 'rollout_seconds': rollout_time, 'skipped': 1})
+        continue
+    batch['rewards'], reward_parts = shaped_rewards(batch, step)
+    B, lengths = len(batch['completions']), batch['completion_mask'].sum(1)   # lengths before any masking
     # GRPO eq.: A_i = (r_i - mean(r_group)) / std(r_group), one advantage per completion
     batch['advantages'] = group_advantages(batch['rewards'], group_size, scale=adv_scale)
+    if mask_truncated:  # DAPO overlong filtering: truncated answers get no loss and leave the token count
+        batch['completion_mask'] = batch['completion_mask'] * ~batch['truncated'][:, None]
+    mask = batch['completion_mask']                                            # (B, C)
     if batch['rollout_logp'] is None:
         del batch['rollout_logp']
-    num_tokens, num_seqs = mask.sum().item(), B  # global denominators: micro-batch losses add up to the batch loss
+    # global denominators: the micro-batch losses then add up to the loss of the whole batch
+    num_tokens, num_seqs = max(mask.sum().item(), 1), B
 
     # --- old log-probs: with num_iterations == 1 the batch is used once, on-policy, so pi_old = pi_theta,
     # rho = 1 and the detached current log-probs serve as old_logp (clipping does nothing then).
@@ -257,12 +339,14 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     sync_time = time.time() - t0
 
     # --- log
-    lengths = mask.sum(1)
     record = {
         'step': step + 1,
         'reward': batch['rewards'].mean().item(),
-        'accuracy': batch['rewards'].mean().item(),
+        **{f'reward/{k}': v.mean().item() for k, v in reward_parts.items()},
+        **sample_stats,  # 'accuracy': the verifier's mean over every sample of the step, + dynamic sampling's
         'completion_len': lengths.mean().item(),
+        'completion_len_correct': lengths[batch['correct'] > 0].mean().item() if batch['correct'].any() else None,
+        'completion_len_wrong': lengths[batch['correct'] == 0].mean().item() if not batch['correct'].all() else None,
         'truncated': batch['truncated'].float().mean().item(),
         'entropy': entropy_sum / max(stat_tokens, 1),
         'grad_norm': grad_norm,
@@ -281,5 +365,5 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     # --- checkpoint (step + 1 optimizer steps are done; the data position and RNGs resume from here)
     if (ckpt_interval and (step + 1) % ckpt_interval == 0) or step + 1 == max_iters:
         save_checkpoint(ckpt_dir, model, tokenizer, {
-            'step': step + 1, 'optimizer': optimizer.state_dict(), 'config': config,
+            'step': step + 1, 'optimizer': optimizer.state_dict(), 'config': config, 'data_cursor': data_cursor,
             'python_rng': random.getstate(), 'torch_rng': torch.get_rng_state()})

@@ -22,6 +22,8 @@ def run_train(*args):
     (["config/does_not_exist.py"], "cannot read config file 'config/does_not_exist.py'"),
     (["--max_iters"], "expected --key=value"),
     (["--loss_type=ppo2"], "loss_type='ppo2'; valid: grpo"),
+    (["--adv_scale=std"], "adv_scale='std'; valid: group, batch, none"),
+    (["--overlong_buffer=99"], "overlong_buffer=99 must lie in 0..max_new_tokens=16"),
 ])
 def test_bad_config_is_one_clear_line(args, expected):
     result = run_train(*args)

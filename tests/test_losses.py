@@ -500,3 +500,22 @@ def test_errors_name_the_bad_value():
     with pytest.raises(ValueError, match="max_new_tokens"):
         policy_loss("dr_grpo", logp, old, ADV, mask)
     assert set(LOSS_TYPES) == {"grpo", "dr_grpo", "dapo", "gspo", "gspo_token", "cispo", "sapo", "clip_cov", "kl_cov"}
+
+
+def test_readme_variant_table_points_at_the_right_lines():
+    """The README's table names the lines of losses.py that implement each variant: keep it honest."""
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = open(os.path.join(root, "losses.py")).read().splitlines()
+    keyword = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO", "gspo": "GSPO", "gspo_token": "GSPO-token",
+               "cispo": "CISPO", "sapo": "SAPO", "clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
+    rows = re.findall(r"^\| `(\w+)` \|.*\| ([\d\-, ]+) \|$", open(os.path.join(root, "README.md")).read(), re.M)
+    assert sorted(name for name, _ in rows) == sorted(losses.LOSS_TYPES)
+    for name, ranges in rows:
+        for i, span in enumerate(ranges.split(",")):
+            first, last = (int(x) for x in span.strip().split("-"))
+            text = "\n".join(source[first - 1:last])
+            assert first <= last <= len(source)
+            if i == 0:
+                assert keyword[name] in text, (name, span)

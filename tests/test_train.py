@@ -52,3 +52,37 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     steps = [r for r in records(out_dir) if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2, 3] and "rollout_mismatch" not in steps[-1]
     assert torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)["step"] == 3
+
+
+def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
+    """One HF-engine step with every DAPO / Kimi switch on, over a data folder with two malformed rows."""
+    data = tmp_path / "data"
+    data.mkdir()
+    good = [json.loads(line) for line in open(os.path.join(ROOT, "data", "arithmetic", "train.jsonl"))][:50]
+    lines = [json.dumps(r) for r in good]
+    lines.insert(1, '{"prompt": "not a list", "answer": "3"}')
+    lines.insert(3, "{not json")
+    (data / "train.jsonl").write_text("\n".join(lines) + "\n")
+    (data / "test.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    out_dir = str(tmp_path / "run")
+    result = train(f"--out_dir={out_dir}", f"--data_dir={data}", "--max_iters=1", "--rollout_engine=hf",
+                   "--eval_interval=0", "--prompts_per_step=1", "--dynamic_sampling=True", "--max_gen_batches=0",
+                   "--mask_truncated=True", "--overlong_buffer=4", "--length_reward_coef=0.5", "--format_coef=0.1",
+                   "--loss_type=dapo", "--reward_wrong=-1.0")
+    assert f"{data}/train.jsonl:2: 'prompt' must be a non-empty list" in result.stdout
+    assert f"{data}/train.jsonl:4: not valid JSON" in result.stdout
+    assert f"{data}/train.jsonl: 2 malformed rows skipped, 50 kept" in result.stdout
+    (step,) = records(out_dir)
+    assert step["live_groups"] >= 1 and step["gen_rounds"] >= 1 and 0 <= step["degenerate_frac"] < 1
+    assert step["prompts_consumed"] >= step["gen_rounds"]
+    for part in ("reward/task", "reward/format", "reward/overlong", "reward/length"):
+        assert part in step
+    assert -1 <= step["reward/task"] <= 1 and -1 <= step["reward/overlong"] <= 0
+    assert abs(step["reward"] - sum(step[p] for p in ("reward/task", "reward/format", "reward/overlong",
+                                                      "reward/length"))) < 1e-5
+
+    # more malformed rows than allowed: a clear error and exit code 2, before any model is loaded
+    bad = subprocess.run([sys.executable, "train.py", f"--data_dir={data}", "--max_bad_rows=1"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == f"config error: {data}/train.jsonl: more than max_bad_rows=1 malformed rows"

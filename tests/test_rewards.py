@@ -1,0 +1,361 @@
+"""Tests for rewards.py and the data/<task>/prepare.py conversions. Fast, offline, no model:
+    python -m pytest -q tests/test_rewards.py
+
+The length-shaping tests use the worked examples of seed 000 (DAPO's R_length, Kimi k1.5's length reward).
+The hub-backed tasks are tested through their convert() on raw rows in tests/samples/ (the hub's format),
+so no download is needed.
+"""
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty  # noqa: E402
+
+
+def load_prepare(task):
+    """data/<task>/prepare.py as a module; importing it must not download or write anything."""
+    path = os.path.join(REPO, "data", task, "prepare.py")
+    spec = importlib.util.spec_from_file_location(f"prepare_{task}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_samples(task):
+    with open(os.path.join(REPO, "tests", "samples", f"{task}.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_registries_cover_every_task():
+    assert set(REWARDS) == set(FORMATS) == {"arithmetic", "countdown", "gsm8k", "dapo_math", "aime24"}
+
+
+# ----------------------------------------------------------------------------
+# DAPO's soft overlong punishment and Kimi k1.5's length reward (seed 000's worked examples)
+
+def test_overlong_penalty_seed_example():
+    # L_max 20,480, L_cache 4,096: free up to 16,384; (16,384 - 18,432) / 4,096 = -0.5
+    assert overlong_penalty(18432, 20480, 4096) == -0.5
+
+
+@pytest.mark.parametrize("length, expected", [
+    (0, 0.0), (16384, 0.0),            # up to L_max - L_cache: no penalty
+    (16385, -1 / 4096), (20480, -1.0),  # linear inside the buffer, -1 at L_max
+    (20481, -1.0), (10 ** 6, -1.0),    # past L_max
+])
+def test_overlong_penalty_pieces(length, expected):
+    assert overlong_penalty(length, 20480, 4096) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("cache_len", [0, -1, 20481])
+def test_overlong_penalty_rejects_bad_cache_len(cache_len):
+    with pytest.raises(ValueError, match="cache_len"):
+        overlong_penalty(100, 20480, cache_len)
+
+
+def test_kimi_length_reward_seed_example():
+    assert kimi_length_reward([1000, 3000, 5000], [True] * 3, 3) == [0.5, 0.0, -0.5]
+    # wrong answers get min(0, lambda): the short wrong one is not praised
+    assert kimi_length_reward([1000, 3000, 5000], [False] * 3, 3) == [0.0, 0.0, -0.5]
+    assert kimi_length_reward([1000, 3000, 5000], [1.0, 0.0, 1.0], 3) == [0.5, 0.0, -0.5]
+    assert kimi_length_reward([1000, 3000, 5000], [0.0, 1.0, 0.0], 3) == [0.0, 0.0, -0.5]
+
+
+def test_kimi_length_reward_equal_lengths_and_groups():
+    assert kimi_length_reward([7, 7, 7, 7], [True, False, True, False], 4) == [0.0] * 4
+    # two groups, each scaled by its own min and max: [10, 30] and [100, 100, ...]
+    got = kimi_length_reward([10, 30, 20, 100, 100, 300], [True, True, True, True, False, False], 3)
+    assert got == pytest.approx([0.5, -0.5, 0.0, 0.5, 0.0, -0.5])
+    # the same group alone gives the same numbers: groups do not see each other
+    assert got[3:] == kimi_length_reward([100, 100, 300], [True, False, False], 3)
+
+
+def test_kimi_length_reward_rejects_ragged_input():
+    with pytest.raises(ValueError):
+        kimi_length_reward([1, 2, 3], [True] * 3, 2)
+    with pytest.raises(ValueError):
+        kimi_length_reward([1, 2], [True], 2)
+
+
+# ----------------------------------------------------------------------------
+# arithmetic
+
+@pytest.mark.parametrize("completion, expected", [
+    ("42", 1.0), ("17 + 25 = 42", 1.0), ("The answer is 42.", 1.0), ("32", 0.0), ("17 + 25 = 32 so 42", 0.0),
+])
+def test_arithmetic_reward(completion, expected):
+    assert REWARDS["arithmetic"](completion, "42") == expected
+
+
+@pytest.mark.parametrize("completion, expected", [("42", 1.0), (" 42\n", 1.0), ("The answer is 42.", 0.0)])
+def test_arithmetic_format(completion, expected):
+    assert FORMATS["arithmetic"](completion) == expected
+
+
+# ----------------------------------------------------------------------------
+# countdown: rules (each given number exactly once, binary + - * / and parentheses, exact value)
+
+NUMS = {"target": 24, "numbers": [1, 3, 4, 6]}
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("6 / (1 - 3 / 4)", 1.0),             # non-integer intermediate (3/4): allowed, exact with Fraction
+    ("(6 * 4) * (3 - 1) / 2", 0.0),       # uses 2, not given
+    ("6 * 4 * (3 - 1)", 0.0),             # every number once, but the value is 48
+    ("6 * 4", 0.0),                       # misses 1 and 3
+    ("6 * 4 * 1 * 1", 0.0),               # uses 1 twice, misses 3
+    ("6 * 4 + 3 - 3 * 1", 0.0),           # uses 3 twice
+    ("(6 - 3 - 1) * 4 * 3", 0.0),         # extra 3
+    ("6*4*1 + 3 - 3", 0.0),               # value 24 but 3 used twice
+    ("4 * 6 * (3 - 1 - 1)", 0.0),         # 1 twice
+    ("(3 - 1) * 4 + 6", 0.0),             # all numbers once, value 14
+    ("6 / (4 - 3 - 1)", 0.0),             # division by zero
+    ("6 / (1 - 3 / 4)" + " " * 200, 0.0), # over MAX_EXPRESSION_CHARS, though right
+    ("((((((((((6 / (1 - 3 / 4)))))))))))", 0.0),  # parentheses nested deeper than MAX_NESTING, though right
+    ("(((((((((6 / (1 - 3 / 4))))))))))", 1.0),    # ... and at the limit it is fine
+    ("0000006 / (1 - 3 / 4)", 0.0),       # a literal longer than MAX_LITERAL_DIGITS
+    ("6.0 / (1 - 3 / 4)", 0.0),           # float literal
+    ("6 / (1 - 3 / 4) + 0", 0.0),         # extra literal 0
+    ("6 // (1 - 3 / 4)", 0.0),            # floor division
+    ("(1 + 3) ** 2 + 6 + 4 - 2", 0.0),    # power
+    ("6 * 4 * 1 ** 3", 0.0),              # power even with the right numbers and value
+    ("-(1 - 3) * 6 * 4 / 2", 0.0),        # unary minus (and 2 not given)
+    ("abs(6) * 4 * 1 ** 3", 0.0),         # call
+    ("x = 6 / (1 - 3 / 4)", 0.0),         # name / assignment
+    ("6 / (1 - 3 / 4) = 24", 0.0),        # '=' not allowed
+    ("٦ / (١ - ٣ / ٤)", 0.0),             # unicode (Arabic-Indic) digits
+    ("６ / (１ - ３ / ４)", 0.0),            # fullwidth digits
+    ("", 0.0), ("   ", 0.0),              # empty answer
+    ("6 / (1 - 3 / 4", 0.0),              # unbalanced parenthesis
+    ("06 / (1 - 3 / 4)", 0.0),            # leading zero: not a Python int literal
+    ("6 / (1 - 3 / 4) True", 0.0),        # bools are names
+    ("1e1 + 6 + 4 + 3 + 1", 0.0),         # exponent notation
+])
+def test_countdown_reward_table(expression, expected):
+    assert REWARDS["countdown"](f"<think>...</think> <answer>{expression}</answer>", NUMS) == expected
+
+
+@pytest.mark.parametrize("completion, answer, expected", [
+    ("<answer> (1 + 2) / 3 </answer>", {"target": 1, "numbers": [1, 2, 3]}, 1.0),
+    ("<answer>\n  (44 - 19) + 35\n</answer>", {"target": 60, "numbers": [44, 19, 35]}, 1.0),  # newlines
+    ("<answer>3 * 3 - 2</answer>", {"target": 7, "numbers": [3, 2, 3]}, 1.0),  # a number given twice
+    ("<answer>3 * 2</answer>", {"target": 6, "numbers": [3, 2, 3]}, 0.0),      # ... must be used twice
+    ("(1 + 2) / 3", {"target": 1, "numbers": [1, 2, 3]}, 0.0),                 # no tags
+    ("<answer>(1 + 2) / 3", {"target": 1, "numbers": [1, 2, 3]}, 0.0),         # no closing tag
+    ("</answer>(1 + 2) / 3<answer>", {"target": 1, "numbers": [1, 2, 3]}, 0.0),  # tags reversed
+    ("<answer>1 + 2 + 3</answer> no: <answer>(1 + 2) / 3</answer>", {"target": 1, "numbers": [1, 2, 3]}, 1.0),
+    ("<answer>(1 + 2) / 3</answer> no: <answer>1 + 2 + 3</answer>", {"target": 1, "numbers": [1, 2, 3]}, 0.0),
+    ("<answer>5 / (3 - 3)</answer>", {"target": 5, "numbers": [5, 3, 3]}, 0.0),  # division by zero
+    ("<answer>2 - 3 + 4</answer>", {"target": 3, "numbers": [2, 3, 4]}, 1.0),    # negative intermediate ok
+    ("<answer>2 - 1</answer>", {"target": 1, "numbers": [1, 2]}, 1.0),
+    ("<answer>1_3 + 11</answer>", {"target": 24, "numbers": [1, 3, 11]}, 0.0),  # Python reads 1_3 as 13
+    ("<answer>-1 + 2</answer>", {"target": 1, "numbers": [1, 2]}, 0.0),  # unary minus: not allowed
+    ("<answer>+2 - 1</answer>", {"target": 1, "numbers": [1, 2]}, 0.0),  # unary plus: not allowed
+    ("<answer>2 - 1</answer>" + " " * 10 ** 5, {"target": 1, "numbers": [1, 2]}, 1.0),  # trailing spaces
+])
+def test_countdown_reward_cases(completion, answer, expected):
+    assert REWARDS["countdown"](completion, answer) == expected
+
+
+def hostile_completions():
+    """200 completions built to be slow or dangerous for a careless verifier (eval, backtracking regex,
+    deep recursion, huge integers). Every one must score 0.0."""
+    payloads = [
+        "9" * 10 ** 6, "(" * 10 ** 5, ")" * 10 ** 5, "(" * 10 ** 5 + "1" + ")" * 10 ** 5,
+        "2**2**2**2**2", "9**9**9**9", "10**10**10", "(" * 150 + "1" + ")" * 150,
+        "(" * 11 + "6 / (1 - 3 / 4)" + ")" * 11,
+        "-" * 150 + "1", "1" + "+1" * 99, "1" + "*9" * 99, "9" * 5000 + " * 1", "999999999999 * 3 * 4 * 6",
+        "1e309", "1e309 - 1e309", "float('inf')", "__import__('os').system('echo pwned')",
+        "(lambda: 24)()", "().__class__.__bases__[0]", "open('/etc/passwd').read()", "[1, 3, 4, 6]",
+        "{'a': 1}", "24 if True else 0", "not 0", "1 if 1 else 1", "sum(range(10**9))", "24j", "0x18",
+        "0b11000", "1_3 + 4 + 6", "'24'", "b'24'", "f'{24}'", "24;", "exec('1')", "eval('24')",
+        "٢٤", "𝟐𝟒", "²⁴", "1 + 3 + 4 + 6\x00", "1 / 0", "6 / 0 * 1 * 3 * 4",
+        "(1 + 3 + 4 + 6) " * 100, "A" * 10 ** 6,
+    ]
+    completions = [f"<answer>{p}</answer>" for p in payloads]
+    completions += ["<answer>" * 10 ** 5, "</answer>" * 10 ** 5, "<answer>" * 10 ** 5 + "</answer>",
+                    "x" * 10 ** 6 + "<answer>" + "9" * 10 ** 6 + "</answer>", "<" * 10 ** 6, "#" * 10 ** 6]
+    i = 0
+    while len(completions) < 200:  # deterministic variations: deep nesting and long chains of many sizes
+        n = 50 + 37 * i
+        completions.append("<answer>" + "(" * n + "6" + ")" * n + "</answer>")
+        completions.append("<answer>" + "1+" * n + "1</answer>")
+        completions.append("<answer>" + "2**" * n + "2</answer>")
+        i += 1
+    return completions[:200]
+
+
+def test_countdown_hostile_completions_are_wrong_and_fast():
+    completions = hostile_completions()
+    assert len(completions) == 200
+    start = time.perf_counter()
+    scores = [REWARDS["countdown"](c, NUMS) for c in completions]
+    elapsed = time.perf_counter() - start
+    assert scores == [0.0] * 200
+    assert elapsed < 1.0, f"200 hostile completions took {elapsed:.2f}s"
+    start = time.perf_counter()  # the format check and the other verifiers read them quickly too
+    for c in completions:
+        FORMATS["countdown"](c), REWARDS["gsm8k"](c, "24"), REWARDS["dapo_math"](c, "24")
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("<think>6 * 4</think> <answer>6 / (1 - 3 / 4)</answer>", 1.0),
+    ("<answer>6 * 4</answer>", 1.0),                    # format only: right place, wrong answer
+    ("6 / (1 - 3 / 4)", 0.0),                           # no block
+    ("<answer>1</answer> <answer>2</answer>", 0.0),     # two blocks
+    ("</answer> 24 <answer>", 0.0),                     # reversed
+    ("<answer> 24", 0.0),                               # unclosed
+])
+def test_countdown_format(completion, expected):
+    assert FORMATS["countdown"](completion) == expected
+
+
+def test_countdown_generator_rows_are_solvable_and_distinct():
+    countdown = load_prepare("countdown")
+    rows = countdown.make_rows(300, seed=0)
+    assert len(rows) == 300
+    assert len({countdown.problem_key(r) for r in rows}) == 300
+    for row in rows:
+        numbers, target = row["answer"]["numbers"], row["answer"]["target"]
+        assert 3 <= len(numbers) <= 4 and all(1 <= n <= 99 for n in numbers) and 1 <= target <= 999
+        assert REWARDS["countdown"](f"<answer>{row['meta']['solution']}</answer>", row["answer"]) == 1.0
+        prompt = row["prompt"][0]["content"]
+        assert prompt.startswith(f"Using the numbers {numbers}, create an equation that equals {target}.")
+    assert countdown.make_rows(50, seed=0) == rows[:50]        # seeded
+    assert countdown.make_rows(50, seed=1) != rows[:50]
+
+
+def test_countdown_generator_excludes_test_problems():
+    countdown = load_prepare("countdown")
+    small = dict(min_count=3, max_count=3, max_number=5, max_target=20)  # a small space, so overlaps are likely
+    test = countdown.make_rows(40, seed=0, **small)
+    test_keys = {countdown.problem_key(r) for r in test}
+    train = countdown.make_rows(60, seed=1, exclude=test_keys, **small)
+    assert not test_keys & {countdown.problem_key(r) for r in train}
+    with pytest.raises(ValueError):
+        countdown.make_rows(10 ** 6, seed=0, **small)  # more problems than exist
+
+
+# ----------------------------------------------------------------------------
+# gsm8k: the number after the last '####', else the last number
+
+def test_gsm8k_convert_samples():
+    gsm8k = load_prepare("gsm8k")
+    rows = [gsm8k.convert(raw) for raw in load_samples("gsm8k")]
+    assert [r["answer"] for r in rows] == ["72", "10", "5"]
+    assert rows[0]["prompt"][0]["role"] == "user"
+    assert rows[0]["prompt"][0]["content"].startswith("Natalia sold clips to 48 of her friends")
+    assert rows[0]["prompt"][0]["content"].endswith('output the final answer after "####".')
+    assert "####" not in rows[0]["meta"]["solution"] and "<<48+24=72>>" in rows[0]["meta"]["solution"]
+    assert gsm8k.convert({"question": "q", "answer": "so\n#### 1,000"})["answer"] == "1000"
+    with pytest.raises(ValueError):
+        gsm8k.convert({"question": "q", "answer": "no final line"})
+    for row in rows:  # the reference solution itself scores 1, a wrong number 0
+        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {row['answer']}", row["answer"]) == 1.0
+        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {int(row['answer']) + 1}", row["answer"]) == 0.0
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("48/2 = 24, 48 + 24 = 72\n#### 72", 1.0),
+    ("#### 72.0", 1.0), ("####72", 1.0), ("#### $72", 1.0), ("#### 72 clips", 1.0),
+    ("She sold 72 clips in total.", 1.0),               # no '####': the last number
+    ("72 is wrong, it is 73", 0.0),                     # the last number counts
+    ("#### 72.5", 0.0), ("#### 73", 0.0),
+    ("#### 72\nlater: #### 71", 0.0),                   # the last '####' counts
+    ("I think 72. #### the answer", 0.0),               # '####' with no number after it is wrong
+    ("no numbers here", 0.0), ("", 0.0),
+    ("1,2,3,72", 1.0),                                  # commas only in groups of three: a list
+    ("#### " + "7" * 100, 0.0),                         # absurdly long number
+])
+def test_gsm8k_reward(completion, expected):
+    assert REWARDS["gsm8k"](completion, "72") == expected
+
+
+def test_gsm8k_reward_commas():
+    assert REWARDS["gsm8k"]("#### 1,000", "1000") == 1.0
+    assert REWARDS["gsm8k"]("so the total is $1,000.", "1000") == 1.0
+    assert REWARDS["gsm8k"]("#### -3", "-3") == 1.0
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("work\n#### 72", 1.0), ("#### 1,000 dollars", 1.0), ("The answer is 72.", 0.0), ("#### seventy-two", 0.0),
+])
+def test_gsm8k_format(completion, expected):
+    assert FORMATS["gsm8k"](completion) == expected
+
+
+# ----------------------------------------------------------------------------
+# dapo_math and aime24: the last "Answer:" line
+
+def test_dapo_math_convert_samples():
+    dapo = load_prepare("dapo_math")
+    raw_rows = load_samples("dapo_math")
+    rows = [dapo.convert(raw) for raw in raw_rows]
+    assert [r["answer"] for r in rows] == ["34", "113", "-3"]
+    assert [r["prompt"] for r in rows] == [raw["prompt"] for raw in raw_rows]  # the DAPO prompt, as given
+    assert rows[0]["prompt"][0]["content"].endswith('Remember to put your answer on its own line after "Answer:".')
+    assert rows[0]["meta"]["index"] == raw_rows[0]["extra_info"]["index"]
+    assert dapo.deduplicate(rows + rows[::-1]) == rows
+    for row in rows:
+        right, wrong = row["answer"], str(int(row["answer"]) + 1)
+        assert REWARDS["dapo_math"](f"Some work.\nAnswer: {right}", row["answer"]) == 1.0
+        assert REWARDS["dapo_math"](f"Some work.\nAnswer: {wrong}", row["answer"]) == 0.0
+
+
+def test_aime24_convert_samples():
+    aime = load_prepare("aime24")
+    rows = [aime.convert(raw) for raw in load_samples("aime24")]
+    assert [r["answer"] for r in rows] == ["204", "25", "601"]  # "025" normalized
+    content = rows[0]["prompt"][0]["content"]
+    assert content.startswith("Solve the following math problem step by step. The last line of your response "
+                              "should be of the form Answer: $Answer (without quotes) where $Answer is the "
+                              "answer to the problem.\n\nEvery morning Aya goes for a $9$-kilometer-long walk")
+    assert content.endswith('coffee shop.\n\nRemember to put your answer on its own line after "Answer:".')
+    assert rows[0]["meta"]["id"] == 60
+    assert REWARDS["aime24"]("... so the product is 25.\nAnswer: 025", "25") == 1.0
+    for row in rows:
+        assert REWARDS["aime24"](f"Work.\nAnswer: {row['answer']}", row["answer"]) == 1.0
+        assert REWARDS["aime24"](f"Work.\nAnswer: {int(row['answer']) + 1}", row["answer"]) == 0.0
+
+
+def test_hub_prepare_without_datasets_fails_in_one_line(tmp_path):
+    """No `datasets` (as here) or no hub: one clear line and exit code 1, no traceback."""
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))  # a shadow `datasets` that fails to import
+    (tmp_path / "datasets.py").write_text("raise ImportError('no datasets here')\n")
+    for task in ("gsm8k", "dapo_math", "aime24"):
+        result = subprocess.run([sys.executable, os.path.join(REPO, "data", task, "prepare.py")],
+                                capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode == 1
+        assert result.stderr.strip().count("\n") == 0 and f"{task}: cannot download" in result.stderr
+        assert "pip install datasets" in result.stderr
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("work\nAnswer: 34", 1.0), ("Answer: 34\n", 1.0), ("answer: 34", 1.0), ("ANSWER : 34", 1.0),
+    ("Answer: $34$", 1.0), ("Answer: \\boxed{34}", 1.0), ("Answer: **34**", 1.0), ("Answer: 34.", 1.0),
+    ("Answer: 034", 1.0), ("Answer: 34.0", 1.0),
+    ("Answer: 35", 0.0), ("Answer: 34 or 35", 0.0), ("Answer: 34\nAnswer: 35", 0.0),  # the last one counts
+    ("Answer: 35\nAnswer: 34", 1.0), ("Answer:", 0.0), ("The answer is 34.", 0.0), ("34", 0.0),
+    ("Answer: 34" + " " * 5000, 1.0),                     # trailing whitespace is still the tail
+    ("Answer: 34\n" + "x" * 10 ** 6, 0.0),                # far from the end: not read
+])
+def test_dapo_math_reward(completion, expected):
+    assert REWARDS["dapo_math"](completion, "34") == expected
+    assert REWARDS["aime24"](completion, "34") == expected
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("work\nAnswer: 34", 1.0), ("work\nAnswer: 12\n\n", 1.0), ("Answer: 34\nthat's it", 0.0),
+    ("The answer is 34", 0.0), ("work\n  Answer: x", 1.0),
+])
+def test_dapo_math_format(completion, expected):
+    assert FORMATS["dapo_math"](completion) == expected
+    assert FORMATS["aime24"](completion) == expected

@@ -1,0 +1,81 @@
+"""DAPO dynamic sampling and batch merging, with a fake rollout (no model): the verdicts are scripted."""
+import torch
+
+from rollout import concat_batches, dynamic_sample
+
+G = 4
+
+
+def fake_rollout(verdicts_by_prompt):
+    """A rollout_fn whose prompt p gets the scripted verdicts; prompt and completion widths vary per call."""
+    def rollout_fn(rows):
+        B = len(rows) * G
+        P, C = 3 + len(rows), 2 + len(rows) % 3
+        correct = torch.tensor([v for r in rows for v in verdicts_by_prompt[r]])
+        return {"prompt_ids": torch.full((B, P), 7), "prompt_mask": torch.ones(B, P, dtype=torch.long),
+                "completion_ids": torch.tensor([[r] * C for r in rows for _ in range(G)]),
+                "completion_mask": torch.ones(B, C), "rollout_logp": None,
+                "truncated": torch.zeros(B, dtype=torch.bool),
+                "completions": [f"prompt {r}" for r in rows for _ in range(G)], "correct": correct}
+    return rollout_fn
+
+
+def cursor(n_prompts):
+    state = {"next": 0, "served": []}
+
+    def next_rows(n):
+        rows = [(state["next"] + j) % n_prompts for j in range(n)]
+        state["next"] += n
+        state["served"] += rows
+        return rows
+    return next_rows, state
+
+
+def test_dynamic_sampling_fills_the_step_with_live_groups():
+    # prompts 0..19: every third prompt is live (mixed verdicts), the others all-right or all-wrong
+    verdicts = {p: ([1, 0, 0, 1] if p % 3 == 0 else [1] * G if p % 2 else [0] * G) for p in range(20)}
+    next_rows, state = cursor(20)
+    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), prompts_per_step=4, group_size=G,
+                                  oversample=1.5, max_rounds=0)
+    groups = [batch["completions"][i] for i in range(0, len(batch["completions"]), G)]
+    live_served = [p for p in state["served"] if p % 3 == 0]
+    assert stats["live_groups"] >= 4 and len(groups) == stats["live_groups"]
+    assert groups == [f"prompt {p}" for p in live_served]          # no live group lost, none degenerate kept
+    assert stats["prompts_consumed"] == len(state["served"])
+    assert stats["degenerate_frac"] == 1 - len(live_served) / len(state["served"])
+    # the rows of a group stay together and in order, and every tensor was re-padded consistently
+    assert batch["correct"].view(-1, G).tolist() == [[1, 0, 0, 1]] * len(groups)
+    assert batch["completion_ids"][::G, 0].tolist() == live_served
+    assert batch["prompt_ids"].shape[0] == batch["completion_mask"].shape[0] == len(groups) * G
+
+
+def test_the_bound_on_rounds_holds_and_all_degenerate_gives_none():
+    verdicts = {p: [1] * G for p in range(10)}
+    next_rows, state = cursor(10)
+    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0, max_rounds=3)
+    assert batch is None and stats["gen_rounds"] == 3 and stats["live_groups"] == 0
+    assert stats["degenerate_frac"] == 1.0 and stats["prompts_consumed"] == 12 and stats["accuracy"] == 1.0
+
+
+def test_partial_fill_after_the_bound_keeps_what_it_found():
+    verdicts = {p: ([0, 1, 1, 1] if p == 2 else [0] * G) for p in range(50)}
+    next_rows, _ = cursor(50)
+    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 8, G, oversample=2.0, max_rounds=2)
+    assert stats["gen_rounds"] == 2 and stats["live_groups"] == 1
+    assert batch["completions"] == ["prompt 2"] * G
+
+
+def test_concat_batches_repads_prompts_left_and_completions_right():
+    a = {"prompt_ids": torch.tensor([[5, 6]]), "prompt_mask": torch.tensor([[1, 1]]),
+         "completion_ids": torch.tensor([[1, 2, 3]]), "completion_mask": torch.tensor([[1.0, 1.0, 1.0]]),
+         "rollout_logp": torch.tensor([[-0.1, -0.2, -0.3]]), "completions": ["a"]}
+    b = {"prompt_ids": torch.tensor([[4, 5, 6, 7]]), "prompt_mask": torch.tensor([[1, 1, 1, 1]]),
+         "completion_ids": torch.tensor([[9]]), "completion_mask": torch.tensor([[1.0]]),
+         "rollout_logp": torch.tensor([[-0.5]]), "completions": ["b"]}
+    out = concat_batches([a, b], pad_id=0)
+    assert out["prompt_ids"].tolist() == [[0, 0, 5, 6], [4, 5, 6, 7]]
+    assert out["prompt_mask"].tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
+    assert out["completion_ids"].tolist() == [[1, 2, 3], [9, 0, 0]]
+    assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert torch.allclose(out["rollout_logp"], torch.tensor([[-0.1, -0.2, -0.3], [-0.5, 0, 0]]))
+    assert out["completions"] == ["a", "b"]
