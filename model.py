@@ -73,12 +73,19 @@ def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state):
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
-    json.dump(trainer_state.get("config", {}), open(os.path.join(tmp, "config_used.json"), "w"), indent=1, default=str)
+    meta = {k: trainer_state[k] for k in ("step", "model_source", "config") if k in trainer_state}
+    json.dump(meta, open(os.path.join(tmp, "meta.json"), "w"), indent=1, default=str)  # readable without torch
     if os.path.exists(ckpt_dir):
         shutil.rmtree(old, ignore_errors=True)
         os.replace(ckpt_dir, old)
     os.replace(tmp, ckpt_dir)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def read_checkpoint_meta(ckpt_dir):
+    """step, model_source and config of the checkpoint in ckpt_dir, or None if there is none."""
+    path = os.path.join(ckpt_dir, "meta.json")
+    return json.load(open(path)) if os.path.exists(path) else None
 
 
 def load_trainer_state(ckpt_dir):

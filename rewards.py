@@ -16,6 +16,8 @@ verifier reads the last 300: the final answer is at the end, and a megabyte of o
 """
 import ast
 import re
+import signal
+from contextlib import contextmanager
 from fractions import Fraction
 from itertools import accumulate
 
@@ -241,3 +243,29 @@ def kimi_length_reward(lengths, correct, group_size):
             lam = 0.5 - (length - shortest) / (longest - shortest) if longest > shortest else 0.0
             rewards.append(lam if ok > 0 else min(0.0, lam))
     return rewards
+
+
+# ----------------------------------------------------------------------------
+# Running a verifier inside a training run: one bad completion must not end the run.
+
+@contextmanager
+def time_limit(seconds):
+    """Raise TimeoutError in the block after `seconds` of wall time (SIGALRM: main thread, Unix)."""
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"took longer than {seconds}s")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def safe_score(reward_fn, completion, answer, timeout=1.0):
+    """(score, None), or (0.0, the exception) when reward_fn raises or runs past `timeout` seconds."""
+    try:
+        with time_limit(timeout):
+            return float(reward_fn(completion, answer)), None
+    except Exception as error:  # noqa: BLE001 -- any verifier bug costs one sample, never the run
+        return 0.0, error

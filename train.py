@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import time
 
@@ -22,8 +23,8 @@ import torch
 from tqdm import tqdm
 
 from losses import KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, group_advantages, policy_loss
-from model import completion_logprobs, load_model, load_trainer_state, save_checkpoint
-from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty
+from model import completion_logprobs, load_model, load_trainer_state, read_checkpoint_meta, save_checkpoint
+from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty, safe_score
 from rollout import dynamic_sample, encode_prompts, generate, init_engine, sync_weights
 
 # -----------------------------------------------------------------------------
@@ -42,6 +43,8 @@ overlong_buffer = 0           # DAPO soft overlong punishment: L_cache tokens be
 length_reward_coef = 0.0      # Kimi k1.5 length reward, within each group (0: off)
 length_reward_warmup = 0      # steps before the length reward switches on (Kimi: it slows early learning)
 max_bad_rows = 100            # malformed data rows are reported and skipped; more than this aborts
+max_prompt_len = 1024         # prompts longer than this (in tokens) are skipped at load time
+reward_timeout = 5.0          # seconds one reward call may take; a timeout or an exception scores 0
 # rollout
 rollout_engine = 'vllm'       # 'vllm' (colocated engine) or 'hf' (plain generate, the fallback)
 prompts_per_step = 8          # distinct prompts per step
@@ -90,6 +93,7 @@ eval_interval = 10            # held-out eval every this many steps, at step 0 a
 eval_samples = 4              # k of avg@k: samples per held-out problem, at the training temperature
 eval_problems = 100           # held-out problems used
 ckpt_interval = 0             # checkpoint every this many steps (0: only at the end)
+max_bad_steps = 5             # abort after this many steps in a row with a non-finite loss or grad norm
 # logging
 wandb_log = False
 wandb_project = 'nanogrpo'
@@ -168,23 +172,39 @@ torch.manual_seed(seed)
 os.makedirs(out_dir, exist_ok=True)
 ckpt_dir = os.path.join(out_dir, 'ckpt')
 resume = init_from == 'resume'
+ckpt_meta = read_checkpoint_meta(ckpt_dir)
+# a checkpoint that does not fit this run is an error now, not after the model has loaded
+if resume and ckpt_meta is None:
+    config_error(f"init_from='resume' but {ckpt_dir} holds no checkpoint")
+if not resume and ckpt_meta and ckpt_meta['model_source'] != init_from:
+    config_error(f"{ckpt_dir} is a checkpoint of {ckpt_meta['model_source']!r}, not {init_from!r}: "
+                 f"choose another out_dir, or --init_from=resume")
+if resume and (changed := [k for k in ('data_dir', 'seed', 'prompts_per_step', 'group_size')
+                           if ckpt_meta['config'][k] != globals()[k]]):
+    config_error(f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
+                 f"(the data position would not mean the same)")
+model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
 model_path = ckpt_dir if resume else init_from
 model, tokenizer = load_model(model_path)
 model.to(device).train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2), weight_decay=weight_decay)
-start_step = 0
+state = load_trainer_state(ckpt_dir) if resume else None
 if resume:
-    state = load_trainer_state(ckpt_dir)
     optimizer.load_state_dict(state['optimizer'])
-    start_step = state['step']
-    random.setstate(state['python_rng'])
-    torch.set_rng_state(state['torch_rng'])
-    print(f"resumed from {ckpt_dir} at step {start_step}")
-ref_model = load_model(init_from if not resume else state['config']['init_from'])[0].to(device).eval().requires_grad_(False) \
-    if beta > 0 else None
+ref_model = load_model(model_source)[0].to(device).eval().requires_grad_(False) if beta > 0 else None
 engine = init_engine(rollout_engine, model_path, seed=seed, gpu_memory_utilization=vllm_gpu_memory_utilization,
                      fp32_head=vllm_fp32_head)
 
+def fits(row):
+    return len(encode_prompts(tokenizer, [row['prompt']])[0]) <= max_prompt_len
+
+for name, rows in [('train', train_rows), ('test', test_rows)]:
+    kept = [r for r in rows if fits(r)]
+    if len(kept) < len(rows):
+        print(f"{name}: {len(rows) - len(kept)} prompts longer than max_prompt_len={max_prompt_len} tokens skipped")
+    rows[:] = kept
+if max_iters > 0 and not train_rows:
+    config_error(f"no training prompt fits in max_prompt_len={max_prompt_len} tokens")
 train_order = list(range(len(train_rows)))
 random.Random(seed).shuffle(train_order)  # one fixed order; data_cursor is the position in it
 data_cursor = state['data_cursor'] if resume else 0  # prompts consumed so far (saved in checkpoints)
@@ -200,9 +220,19 @@ def rollout(rows, G):
     prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
     batch = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
                      model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype)
-    batch['correct'] = torch.tensor([REWARDS[reward_fn](c, rows[i // G]['answer'])
-                                     for i, c in enumerate(batch['completions'])])
+    batch['correct'] = torch.tensor([verify(c, rows[i // G]['answer']) for i, c in enumerate(batch['completions'])])
     return batch
+
+reward_errors = 0  # completions whose verifier raised or timed out (each scored 0)
+
+def verify(completion, answer):
+    global reward_errors
+    score, error = safe_score(REWARDS[reward_fn], completion, answer, reward_timeout)
+    if error is not None:
+        reward_errors += 1
+        if reward_errors <= 3:
+            tqdm.write(f"reward_fn {reward_fn!r} failed on a completion ({type(error).__name__}: {error}); scored 0")
+    return score
 
 def shaped_rewards(batch, step):
     """The reward each sample trains on: task reward plus the enabled shaping terms, each also returned
@@ -240,13 +270,45 @@ loss_hp = dict(eps_low=eps_low, eps_high=eps_high, max_new_tokens=max_new_tokens
 if wandb_log:
     import wandb
     wandb.init(project=wandb_project, name=wandb_run_name, config=config, resume='allow')
-log_file = open(os.path.join(out_dir, 'log.jsonl'), 'a')
+log_file = open(os.path.join(out_dir, 'log.jsonl'), 'a' if resume else 'w')
 
 def log(record):
     log_file.write(json.dumps(record) + '\n')
     log_file.flush()
     if wandb_log:
         wandb.log(record, step=record['step'])
+
+# SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, write a checkpoint, exit cleanly
+stop_requested = False
+
+def request_stop(signum, frame):
+    global stop_requested
+    stop_requested = True
+    tqdm.write(f"{signal.Signals(signum).name}: finishing this step, then checkpoint and exit")
+
+signal.signal(signal.SIGTERM, request_stop)
+signal.signal(signal.SIGINT, request_stop)
+
+def checkpoint_and_maybe_stop(steps_done):
+    """Checkpoint when due (every ckpt_interval steps, at the end, on a stop request); True means stop."""
+    if (ckpt_interval and steps_done % ckpt_interval == 0) or steps_done == max_iters or stop_requested:
+        save_checkpoint(ckpt_dir, model, tokenizer, {
+            'step': steps_done, 'model_source': model_source, 'config': config, 'data_cursor': data_cursor,
+            'optimizer': optimizer.state_dict(), 'python_rng': random.getstate(), 'torch_rng': torch.get_rng_state(),
+            'cuda_rng': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None})
+    if stop_requested:
+        tqdm.write(f"stopped after step {steps_done}; continue with --init_from=resume")
+    return stop_requested
+
+# the RNG states go back last, after everything that may draw from them while loading
+start_step, bad_steps = 0, 0
+if resume:
+    start_step = state['step']
+    random.setstate(state['python_rng'])
+    torch.set_rng_state(state['torch_rng'])
+    if torch.cuda.is_available() and state.get('cuda_rng') is not None:
+        torch.cuda.set_rng_state_all(state['cuda_rng'])
+    print(f"resumed from {ckpt_dir} at step {start_step}")
 
 # -----------------------------------------------------------------------------
 # the loop
@@ -274,6 +336,8 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     rollout_time = time.time() - t0
     if batch is None:  # every sampled group was degenerate: nothing to learn from in this step
         log({'step': step + 1, **sample_stats, 'rollout_seconds': rollout_time, 'skipped': 1})
+        if checkpoint_and_maybe_stop(step + 1):
+            break
         continue
     batch['rewards'], reward_parts = shaped_rewards(batch, step)
     B, lengths = len(batch['completions']), batch['completion_mask'].sum(1)   # lengths before any masking
@@ -305,9 +369,10 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
             batch['ref_logp'] = torch.cat(refs)
 
     # --- num_iterations optimizer passes over the batch, micro-batched with gradient accumulation
-    stats_sum, stat_tokens, mismatch, entropy_sum = {}, 0.0, [], 0.0
+    stats_sum, stat_tokens, mismatch, entropy_sum, nonfinite = {}, 0.0, [], 0.0, False
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0  # this pass's loss: the sum of its micro-batch losses
         for mb in micro_batches(batch, B):
             logp, entropy = score(mb, model)
             old_logp = mb['old_logp'] if 'old_logp' in mb else logp.detach()
@@ -315,6 +380,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
                                       num_tokens=num_tokens, num_seqs=num_seqs, ref_logp=mb.get('ref_logp'),
                                       entropy=entropy, rollout_logp=mb.get('rollout_logp'), **loss_hp)
             loss.backward()
+            step_loss += loss.item()
             if it == 0:  # trainer-side statistics of the batch as sampled
                 n = mb['completion_mask'].sum().item()
                 for k, v in stats.items():
@@ -327,11 +393,16 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         lr = learning_rate * min(1.0, (step + 1) / warmup_iters) if warmup_iters else learning_rate
         for group in optimizer.param_groups:
             group['lr'] = lr
-        if math.isfinite(grad_norm):
+        if it == 0:
+            first_loss = step_loss
+        if math.isfinite(step_loss) and math.isfinite(grad_norm):
             optimizer.step()
-        else:
-            tqdm.write(f"step {step}: non-finite grad norm, optimizer step skipped")
+        else:  # a non-finite loss or gradient would poison the weights: skip this update
+            nonfinite = True
     train_time = time.time() - t0
+    bad_steps = bad_steps + 1 if nonfinite else 0
+    if nonfinite:
+        tqdm.write(f"step {step + 1}: non-finite loss or grad norm, optimizer step skipped ({bad_steps} in a row)")
 
     # --- sync the new weights into the sampler
     t0 = time.time()
@@ -349,8 +420,11 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         'completion_len_wrong': lengths[batch['correct'] == 0].mean().item() if not batch['correct'].all() else None,
         'truncated': batch['truncated'].float().mean().item(),
         'entropy': entropy_sum / max(stat_tokens, 1),
+        'loss': first_loss,
         'grad_norm': grad_norm,
         'lr': lr,
+        'nonfinite_skipped': int(nonfinite),
+        'reward_errors': reward_errors,
         'rollout_seconds': rollout_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
         'tokens_per_second': num_tokens * num_iterations / max(train_time, 1e-9),
         **{f'loss/{k}': v / max(stat_tokens, 1) for k, v in stats_sum.items() if k != 'n_tokens'},
@@ -362,8 +436,10 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
                f"entropy {record['entropy']:.3f} clip {record.get('loss/clip_frac', 0):.4f} "
                f"gnorm {grad_norm:.3f} | rollout {rollout_time:.1f}s train {train_time:.1f}s sync {sync_time:.2f}s")
 
+    if bad_steps >= max_bad_steps:
+        raise SystemExit(f"aborting: {bad_steps} steps in a row with a non-finite loss or grad norm "
+                         f"(max_bad_steps={max_bad_steps}); the last checkpoint holds the last good weights")
+
     # --- checkpoint (step + 1 optimizer steps are done; the data position and RNGs resume from here)
-    if (ckpt_interval and (step + 1) % ckpt_interval == 0) or step + 1 == max_iters:
-        save_checkpoint(ckpt_dir, model, tokenizer, {
-            'step': step + 1, 'optimizer': optimizer.state_dict(), 'config': config, 'data_cursor': data_cursor,
-            'python_rng': random.getstate(), 'torch_rng': torch.get_rng_state()})
+    if checkpoint_and_maybe_stop(step + 1):
+        break

@@ -359,3 +359,25 @@ def test_dapo_math_reward(completion, expected):
 def test_dapo_math_format(completion, expected):
     assert FORMATS["dapo_math"](completion) == expected
     assert FORMATS["aime24"](completion) == expected
+
+
+def test_safe_score_turns_errors_and_timeouts_into_zero():
+    import time
+
+    from rewards import safe_score
+
+    def broken(completion, answer):
+        raise KeyError("target")
+
+    def endless(completion, answer):
+        while True:
+            pass
+
+    assert safe_score(REWARDS["arithmetic"], "42", "42") == (1.0, None)
+    score, error = safe_score(broken, "42", "42")
+    assert score == 0.0 and isinstance(error, KeyError)
+    start = time.perf_counter()
+    score, error = safe_score(endless, "42", "42", timeout=0.2)
+    assert score == 0.0 and isinstance(error, TimeoutError) and time.perf_counter() - start < 1.0
+    assert safe_score(REWARDS["arithmetic"], "41", "42") == (0.0, None)  # the alarm was cleared: no late raise
+    time.sleep(0.3)
