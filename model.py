@@ -63,6 +63,19 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     return logp, entropy
 
 
+class Scorer(torch.nn.Module):
+    """completion_logprobs as a module's forward. DistributedDataParallel syncs gradients through hooks it sets
+    up in forward, so under torchrun the trainer wraps this, not the HF model (whose own forward would make
+    the full bf16 logits we avoid)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args):
+        return completion_logprobs(self.model, *args)
+
+
 # -----------------------------------------------------------------------------
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
 
@@ -73,7 +86,7 @@ def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state):
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
-    meta = {k: trainer_state[k] for k in ("step", "model_source", "config") if k in trainer_state}
+    meta = {k: trainer_state[k] for k in ("step", "model_source", "config", "world") if k in trainer_state}
     json.dump(meta, open(os.path.join(tmp, "meta.json"), "w"), indent=1, default=str)  # readable without torch
     if os.path.exists(ckpt_dir):
         shutil.rmtree(old, ignore_errors=True)

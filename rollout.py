@@ -31,9 +31,11 @@ def encode_prompts(tokenizer, prompts):
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True):
-    """'vllm': a colocated vLLM engine on the weights in model_path. 'hf': generation reuses the
-    trainer's own model (passed later to generate), so there is nothing to start and nothing to sync."""
+def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True, distributed=False,
+                sleep_mode=False):
+    """'vllm': a colocated vLLM engine on the weights in model_path; under torchrun every rank starts its own
+    (external_launcher: vLLM joins the trainer's processes instead of spawning workers). 'hf': generation
+    reuses the trainer's own model (passed later to generate): nothing to start and nothing to sync."""
     if kind == "hf":
         return {"kind": "hf"}
     if kind != "vllm":
@@ -43,8 +45,21 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
               gpu_memory_utilization=gpu_memory_utilization,
               hf_overrides={"head_dtype": "float32"} if fp32_head else None,  # MiniMax-M1: FP32 head in the sampler too
               logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer scores them
-              enable_prefix_caching=True)
-    return {"kind": "vllm", "llm": llm}
+              enable_prefix_caching=True,
+              distributed_executor_backend="external_launcher" if distributed else None,
+              enable_sleep_mode=sleep_mode)
+    return {"kind": "vllm", "llm": llm, "sleep_mode": sleep_mode}
+
+
+def sleep(engine):
+    """GPU: free the KV cache (and park the weights in CPU memory) while the trainer needs the memory."""
+    if engine.get("sleep_mode"):
+        engine["llm"].sleep(level=1)
+
+
+def wake(engine):
+    if engine.get("sleep_mode"):
+        engine["llm"].wake_up()
 
 
 def sync_weights(engine, model):
@@ -125,31 +140,40 @@ def make_batch(tokenizer, prompts, completions, logps, max_new_tokens, eos):
 # -----------------------------------------------------------------------------
 # DAPO dynamic sampling: keep only groups whose answers disagree
 
-def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversample=1.5, max_rounds=10, pad_id=0):
+def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversample=1.5, max_rounds=10, pad_id=0,
+                   reduce_sum=lambda x: x, world_size=1):
     """DAPO's dynamic sampling (seed 000, "Dynamic Sampling"): a group whose G answers are all right or all
     wrong has zero advantage everywhere and only dilutes the batch. Generate, drop those degenerate groups,
     and generate more (oversample x the groups still missing, per round) until the step has at least
     prompts_per_step live groups, or max_rounds rounds have run (0: no bound; then proceed with what we have).
     Live groups beyond prompts_per_step are trained on too, not thrown away: they are as on-policy as the rest.
 
+    Under DDP every rank samples its own prompts, and the loop condition uses the live counts summed over
+    ranks (reduce_sum), so all ranks take the same number of rounds; a rank still without a live group keeps
+    the others generating until it has one or the bound is hit.
     next_rows(n) -> n dataset rows; rollout_fn(rows) -> batch with a 'correct' (B,) tensor.
-    Returns (batch of all live groups or None if there are none, stats)."""
-    kept, n_live, rounds, n_groups, n_degenerate, n_correct = [], 0, 0, 0, 0, 0.0
-    while n_live < prompts_per_step and (max_rounds == 0 or rounds < max_rounds):
-        rounds += 1
-        batch = rollout_fn(next_rows(math.ceil((prompts_per_step - n_live) * oversample)))
+    Returns (batch of this rank's live groups, or None if it has none; counts of this rank)."""
+    kept, counts = [], dict(gen_rounds=0, groups_sampled=0, groups_degenerate=0, groups_live=0, samples=0,
+                            samples_correct=0.0)
+    while True:
+        total_live, ranks_without = reduce_sum(counts['groups_live']), reduce_sum(int(counts['groups_live'] == 0))
+        if (total_live >= prompts_per_step and ranks_without == 0) or (max_rounds and counts['gen_rounds'] >= max_rounds):
+            break
+        counts['gen_rounds'] += 1
+        missing = max(prompts_per_step - total_live, world_size)
+        batch = rollout_fn(next_rows(math.ceil(missing * oversample / world_size)))
         correct = batch['correct'].view(-1, group_size)                          # (groups, G)
         is_live = correct.max(1).values != correct.min(1).values                 # (groups,)
-        n_groups, n_degenerate = n_groups + len(is_live), n_degenerate + (~is_live).sum().item()
-        n_correct += correct.sum().item()
         live = is_live.nonzero().squeeze(1)   # every live group is kept, the surplus of the last round too
+        counts['groups_sampled'] += len(is_live)
+        counts['groups_degenerate'] += len(is_live) - len(live)
+        counts['samples'] += correct.numel()
+        counts['samples_correct'] += correct.sum().item()
         if len(live):
             rows = (live[:, None] * group_size + torch.arange(group_size)).flatten()
             kept.append(select_rows(batch, rows))
-            n_live += len(live)
-    stats = {'accuracy': n_correct / max(n_groups * group_size, 1), 'gen_rounds': rounds, 'degenerate_frac': n_degenerate / max(n_groups, 1),
-             'prompts_consumed': n_groups, 'live_groups': n_live}
-    return (concat_batches(kept, pad_id) if kept else None), stats
+            counts['groups_live'] += len(live)
+    return (concat_batches(kept, pad_id) if kept else None), counts
 
 
 def select_rows(batch, rows):

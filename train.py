@@ -7,10 +7,11 @@ The RL loop, top to bottom. One step:
 
     python train.py                                   # the offline CPU demo's defaults
     python train.py config/cpu_demo.py --loss_type=dapo
-    torchrun --nproc_per_node=4 train.py config/dapo.py   (multi-GPU: a later issue)
+    torchrun --nproc_per_node=4 train.py config/dapo.py   # one process and one vLLM engine per GPU
 
 Config is the module-level globals below, overridden by config files and --key=value (configurator.py).
 """
+import contextlib
 import json
 import math
 import os
@@ -20,12 +21,14 @@ import sys
 import time
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from losses import KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, group_advantages, policy_loss
-from model import completion_logprobs, load_model, load_trainer_state, read_checkpoint_meta, save_checkpoint
+from model import Scorer, completion_logprobs, load_model, load_trainer_state, read_checkpoint_meta, save_checkpoint
 from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty, safe_score
-from rollout import dynamic_sample, encode_prompts, generate, init_engine, sync_weights
+from rollout import dynamic_sample, encode_prompts, generate, init_engine, sleep, sync_weights, wake
 
 # -----------------------------------------------------------------------------
 # config: the defaults are the offline CPU demo (config/cpu_demo.py restates and explains them)
@@ -59,6 +62,7 @@ max_gen_batches = 10          # dynamic sampling: at most this many rounds per s
 mask_truncated = False        # DAPO overlong filtering: no loss on completions cut at max_new_tokens
 vllm_gpu_memory_utilization = 0.3  # GPU: fraction of memory for vLLM (on CPU: VLLM_CPU_KVCACHE_SPACE GiB)
 vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
+vllm_sleep = True             # GPU only: vLLM frees its KV cache while the trainer runs (sleep mode)
 # loss (losses.py)
 loss_type = 'grpo'            # one of losses.LOSS_TYPES
 adv_scale = 'group'           # 'group' | 'batch' | 'none' (Dr. GRPO): what the advantage is divided by
@@ -164,11 +168,22 @@ train_rows = load_rows(data_dir, 'train') if max_iters > 0 else []
 test_rows = load_rows(eval_data_dir or data_dir, 'test')[:eval_problems] if eval_interval else []
 
 # -----------------------------------------------------------------------------
-# setup
-device = 'cuda' if torch.cuda.is_available() else 'cpu'
+# setup: one process per GPU (or per CPU share) under torchrun, as nanoGPT does; plain python = world size 1
+ddp = int(os.environ.get('RANK', -1)) != -1
+if ddp:
+    dist.init_process_group(backend='nccl' if torch.cuda.is_available() else 'gloo')
+    rank, local_rank, world_size = dist.get_rank(), int(os.environ['LOCAL_RANK']), dist.get_world_size()
+else:
+    rank, local_rank, world_size = 0, 0, 1
+master = rank == 0  # logs, evaluates the sums and writes checkpoints
+device = f'cuda:{local_rank}' if torch.cuda.is_available() else 'cpu'
+if device.startswith('cuda'):
+    torch.cuda.set_device(device)
+if prompts_per_step % world_size:
+    config_error(f"prompts_per_step={prompts_per_step} must be divisible by the {world_size} ranks")
 autocast_dtype = {'float32': None, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
-random.seed(seed)
-torch.manual_seed(seed)
+random.seed(seed + rank)  # every rank samples its own completions
+torch.manual_seed(seed + rank)
 os.makedirs(out_dir, exist_ok=True)
 ckpt_dir = os.path.join(out_dir, 'ckpt')
 resume = init_from == 'resume'
@@ -179,8 +194,9 @@ if resume and ckpt_meta is None:
 if not resume and ckpt_meta and ckpt_meta['model_source'] != init_from:
     config_error(f"{ckpt_dir} is a checkpoint of {ckpt_meta['model_source']!r}, not {init_from!r}: "
                  f"choose another out_dir, or --init_from=resume")
-if resume and (changed := [k for k in ('data_dir', 'seed', 'prompts_per_step', 'group_size')
-                           if ckpt_meta['config'][k] != globals()[k]]):
+saved = {**ckpt_meta['config'], **ckpt_meta.get('world', {})} if resume else {}
+if resume and (changed := [k for k in ('data_dir', 'seed', 'prompts_per_step', 'group_size', 'world_size')
+                           if saved.get(k, 1) != globals()[k]]):
     config_error(f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
                  f"(the data position would not mean the same)")
 model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
@@ -192,8 +208,19 @@ state = load_trainer_state(ckpt_dir) if resume else None
 if resume:
     optimizer.load_state_dict(state['optimizer'])
 ref_model = load_model(model_source)[0].to(device).eval().requires_grad_(False) if beta > 0 else None
-engine = init_engine(rollout_engine, model_path, seed=seed, gpu_memory_utilization=vllm_gpu_memory_utilization,
-                     fp32_head=vllm_fp32_head)
+# the trainer's forward for the loss; DDP averages the gradients over ranks in the last micro-batch's backward
+scorer = DDP(Scorer(model), device_ids=[local_rank] if device.startswith('cuda') else None) if ddp else Scorer(model)
+engine = init_engine(rollout_engine, model_path, seed=seed + rank, gpu_memory_utilization=vllm_gpu_memory_utilization,
+                     fp32_head=vllm_fp32_head, distributed=ddp, sleep_mode=vllm_sleep and device.startswith('cuda'))
+
+def reduce_sum(x):
+    """x summed over ranks (a number or a dict of numbers with the same keys on every rank)."""
+    if not ddp:
+        return x
+    keys = sorted(x) if isinstance(x, dict) else None
+    t = torch.tensor([float(x[k]) for k in keys] if keys else [float(x)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist())) if keys else t.item()
 
 def fits(row):
     return len(encode_prompts(tokenizer, [row['prompt']])[0]) <= max_prompt_len
@@ -210,9 +237,10 @@ random.Random(seed).shuffle(train_order)  # one fixed order; data_cursor is the 
 data_cursor = state['data_cursor'] if resume else 0  # prompts consumed so far (saved in checkpoints)
 
 def next_rows(n):
+    """n rows for this rank: its share of the next n * world_size rows of the global order."""
     global data_cursor
-    rows = [train_rows[train_order[(data_cursor + j) % len(train_rows)]] for j in range(n)]
-    data_cursor += n
+    rows = [train_rows[train_order[(data_cursor + j * world_size + rank) % len(train_rows)]] for j in range(n)]
+    data_cursor += n * world_size
     return rows
 
 def rollout(rows, G):
@@ -249,34 +277,39 @@ def shaped_rewards(batch, step):
     return sum(parts.values()), parts
 
 def evaluate():
-    """Held-out avg@k: k samples per test problem at the training temperature, mean accuracy."""
-    batch = rollout(test_rows, eval_samples)
-    return {'eval/accuracy': batch['correct'].mean().item(),
-            'eval/completion_len': batch['completion_mask'].sum(1).mean().item(),
-            'eval/truncated': batch['truncated'].float().mean().item()}
+    """Held-out avg@k: k samples per test problem at the training temperature, mean accuracy. Each rank
+    takes every world_size-th problem; the sums are reduced over ranks."""
+    batch = rollout(test_rows[rank::world_size], eval_samples)
+    sums = reduce_sum({'n': len(batch['completions']), 'accuracy': batch['correct'].sum().item(),
+                       'completion_len': batch['completion_mask'].sum().item(),
+                       'truncated': batch['truncated'].float().sum().item()})
+    return {f'eval/{k}': v / sums['n'] for k, v in sums.items() if k != 'n'}
 
 def micro_batches(batch, B):
     for i in range(0, B, micro_batch_size):
         yield {k: v[i:i + micro_batch_size].to(device) for k, v in batch.items() if torch.is_tensor(v)}
 
-def score(mb, net):
-    return completion_logprobs(net, mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'],
-                               mb['completion_mask'], temperature, autocast_dtype)
+def masked_sum(x, mb):
+    return (x.detach() * mb['completion_mask']).sum().item()
+
+def score_args(mb):
+    return mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'], mb['completion_mask'], temperature, autocast_dtype
 
 loss_hp = dict(eps_low=eps_low, eps_high=eps_high, max_new_tokens=max_new_tokens, tau_pos=tau_pos, tau_neg=tau_neg,
                cispo_eps_high=cispo_eps_high, clip_cov_ratio=clip_cov_ratio, clip_cov_lb=clip_cov_lb,
                clip_cov_ub=clip_cov_ub, kl_cov_ratio=kl_cov_ratio, kl_cov_coef=kl_cov_coef, beta=beta,
                kl_estimator=kl_estimator, entropy_coef=entropy_coef, tis_mode=tis_mode, tis_cap=tis_cap)
-if wandb_log:
+if wandb_log and master:
     import wandb
     wandb.init(project=wandb_project, name=wandb_run_name, config=config, resume='allow')
-log_file = open(os.path.join(out_dir, 'log.jsonl'), 'a' if resume else 'w')
+log_file = open(os.path.join(out_dir, 'log.jsonl'), 'a' if resume else 'w') if master else None
 
-def log(record):
-    log_file.write(json.dumps(record) + '\n')
-    log_file.flush()
-    if wandb_log:
-        wandb.log(record, step=record['step'])
+def log(record):  # records hold numbers already reduced over ranks: rank 0 writes them
+    if master:
+        log_file.write(json.dumps(record) + '\n')
+        log_file.flush()
+        if wandb_log:
+            wandb.log(record, step=record['step'])
 
 # SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, write a checkpoint, exit cleanly
 stop_requested = False
@@ -289,53 +322,76 @@ def request_stop(signum, frame):
 signal.signal(signal.SIGTERM, request_stop)
 signal.signal(signal.SIGINT, request_stop)
 
+def rng_state():
+    return {'python': random.getstate(), 'torch': torch.get_rng_state(),
+            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
 def checkpoint_and_maybe_stop(steps_done):
-    """Checkpoint when due (every ckpt_interval steps, at the end, on a stop request); True means stop."""
-    if (ckpt_interval and steps_done % ckpt_interval == 0) or steps_done == max_iters or stop_requested:
-        save_checkpoint(ckpt_dir, model, tokenizer, {
-            'step': steps_done, 'model_source': model_source, 'config': config, 'data_cursor': data_cursor,
-            'optimizer': optimizer.state_dict(), 'python_rng': random.getstate(), 'torch_rng': torch.get_rng_state(),
-            'cuda_rng': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None})
-    if stop_requested:
+    """Checkpoint when due (every ckpt_interval steps, at the end, on a stop request on any rank); rank 0
+    writes it, with every rank's RNG state. True means stop (all ranks decide together)."""
+    stop = reduce_sum(int(stop_requested)) > 0
+    if (ckpt_interval and steps_done % ckpt_interval == 0) or steps_done == max_iters or stop:
+        rngs = [None] * world_size
+        if ddp:
+            dist.all_gather_object(rngs, rng_state())
+        else:
+            rngs = [rng_state()]
+        if master:
+            save_checkpoint(ckpt_dir, model, tokenizer, {
+                'step': steps_done, 'model_source': model_source, 'config': config, 'world': {'world_size': world_size},
+                'data_cursor': data_cursor, 'optimizer': optimizer.state_dict(), 'rng': rngs})
+        if ddp:
+            dist.barrier()
+    if stop and master:
         tqdm.write(f"stopped after step {steps_done}; continue with --init_from=resume")
-    return stop_requested
+    return stop
 
 # the RNG states go back last, after everything that may draw from them while loading
 start_step, bad_steps = 0, 0
 if resume:
     start_step = state['step']
-    random.setstate(state['python_rng'])
-    torch.set_rng_state(state['torch_rng'])
-    if torch.cuda.is_available() and state.get('cuda_rng') is not None:
-        torch.cuda.set_rng_state_all(state['cuda_rng'])
-    print(f"resumed from {ckpt_dir} at step {start_step}")
+    random.setstate(state['rng'][rank]['python'])
+    torch.set_rng_state(state['rng'][rank]['torch'])
+    if torch.cuda.is_available() and state['rng'][rank]['cuda'] is not None:
+        torch.cuda.set_rng_state_all(state['rng'][rank]['cuda'])
+    if master:
+        print(f"resumed from {ckpt_dir} at step {start_step}")
 
 # -----------------------------------------------------------------------------
 # the loop
-for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max_iters + 1, desc='steps'):
+for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max_iters + 1, desc='steps',
+                 disable=not master):
     if eval_interval and (step % eval_interval == 0 or step == max_iters):
         t0 = time.time()
         record = {'step': step, **evaluate(), 'eval/seconds': time.time() - t0}
         log(record)
-        tqdm.write(f"step {step}: eval accuracy {record['eval/accuracy']:.3f} (avg@{eval_samples}, "
-                   f"{len(test_rows)} problems, {record['eval/seconds']:.0f}s)")
+        if master:
+            tqdm.write(f"step {step}: eval accuracy {record['eval/accuracy']:.3f} (avg@{eval_samples}, "
+                       f"{len(test_rows)} problems, {record['eval/seconds']:.0f}s)")
     if step == max_iters:
         break
 
-    # --- rollout and rewards
+    # --- rollout and rewards (each rank samples its own share of the step's prompts)
     t0 = time.time()
     if dynamic_sampling:
-        batch, sample_stats = dynamic_sample(next_rows, lambda rows: rollout(rows, group_size), prompts_per_step,
-                                             group_size, oversample, max_gen_batches, tokenizer.pad_token_id)
-        if sample_stats['live_groups'] < prompts_per_step:
-            tqdm.write(f"step {step + 1}: only {sample_stats['live_groups']} live groups after "
-                       f"{sample_stats['gen_rounds']} rounds (max_gen_batches={max_gen_batches}); training on those")
+        batch, counts = dynamic_sample(next_rows, lambda rows: rollout(rows, group_size), prompts_per_step,
+                                       group_size, oversample, max_gen_batches, tokenizer.pad_token_id,
+                                       reduce_sum, world_size)
     else:
-        batch = rollout(next_rows(prompts_per_step), group_size)
-        sample_stats = {'accuracy': batch['correct'].mean().item()}
+        batch = rollout(next_rows(prompts_per_step // world_size), group_size)
+        counts = {'samples': len(batch['completions']), 'samples_correct': batch['correct'].sum().item()}
+    counts = reduce_sum(counts)
     rollout_time = time.time() - t0
-    if batch is None:  # every sampled group was degenerate: nothing to learn from in this step
-        log({'step': step + 1, **sample_stats, 'rollout_seconds': rollout_time, 'skipped': 1})
+    sample_record = {'accuracy': counts['samples_correct'] / max(counts['samples'], 1)}  # over every sample
+    if dynamic_sampling:
+        sample_record.update(gen_rounds=counts['gen_rounds'] / world_size, prompts_consumed=counts['groups_sampled'],
+                             degenerate_frac=counts['groups_degenerate'] / max(counts['groups_sampled'], 1),
+                             live_groups=counts['groups_live'])
+        if counts['groups_live'] < prompts_per_step and master:
+            tqdm.write(f"step {step + 1}: only {counts['groups_live']:.0f} live groups after {counts['gen_rounds']:.0f} "
+                       f"rounds (max_gen_batches={max_gen_batches}); training on those")
+    if reduce_sum(int(batch is None)):  # some rank has no live group: every rank skips the update together
+        log({'step': step + 1, **sample_record, 'rollout_seconds': rollout_time, 'skipped': 1})
         if checkpoint_and_maybe_stop(step + 1):
             break
         continue
@@ -348,9 +404,12 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     mask = batch['completion_mask']                                            # (B, C)
     if batch['rollout_logp'] is None:
         del batch['rollout_logp']
-    # global denominators: the micro-batch losses then add up to the loss of the whole batch
-    num_tokens, num_seqs = max(mask.sum().item(), 1), B
+    # global denominators, counted after masking and summed over ranks once per step: each micro-batch loss
+    # is its share of the whole step's loss, so they add up (over micro-batches and ranks) to the batch loss
+    global_counts = reduce_sum({'tokens': mask.sum().item(), 'seqs': B})
+    num_tokens, num_seqs = max(global_counts['tokens'], 1), global_counts['seqs']
 
+    sleep(engine)  # GPU: the KV cache makes room for the update until the next rollout
     # --- old log-probs: with num_iterations == 1 the batch is used once, on-policy, so pi_old = pi_theta,
     # rho = 1 and the detached current log-probs serve as old_logp (clipping does nothing then).
     t0 = time.time()
@@ -360,81 +419,92 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
             olds, refs = [], []
             for mb in micro_batches(batch, B):
                 if num_iterations > 1:
-                    olds.append(score(mb, model)[0].cpu())
+                    olds.append(completion_logprobs(model, *score_args(mb))[0].cpu())
                 if ref_model is not None:
-                    refs.append(score(mb, ref_model)[0].cpu())
+                    refs.append(completion_logprobs(ref_model, *score_args(mb))[0].cpu())
         if olds:
             batch['old_logp'] = torch.cat(olds)
         if refs:
             batch['ref_logp'] = torch.cat(refs)
 
     # --- num_iterations optimizer passes over the batch, micro-batched with gradient accumulation
-    stats_sum, stat_tokens, mismatch, entropy_sum, nonfinite = {}, 0.0, [], 0.0, False
+    sums, nonfinite = {}, False  # sums of this rank's token-level statistics (first pass)
+    mbs = list(micro_batches(batch, B))
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0  # this pass's loss: the sum of its micro-batch losses
-        for mb in micro_batches(batch, B):
-            logp, entropy = score(mb, model)
-            old_logp = mb['old_logp'] if 'old_logp' in mb else logp.detach()
-            loss, stats = policy_loss(loss_type, logp, old_logp, mb['advantages'], mb['completion_mask'],
-                                      num_tokens=num_tokens, num_seqs=num_seqs, ref_logp=mb.get('ref_logp'),
-                                      entropy=entropy, rollout_logp=mb.get('rollout_logp'), **loss_hp)
-            loss.backward()
+        step_loss = 0.0  # this pass's loss: the sum of its micro-batch losses (over ranks, below)
+        for i, mb in enumerate(mbs):
+            # DDP: all-reduce the gradients only in the last micro-batch's backward
+            with scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
+                logp, entropy = scorer(*score_args(mb))
+                old_logp = mb['old_logp'] if 'old_logp' in mb else logp.detach()
+                loss, stats = policy_loss(loss_type, logp, old_logp, mb['advantages'], mb['completion_mask'],
+                                          num_tokens=num_tokens, num_seqs=num_seqs, ref_logp=mb.get('ref_logp'),
+                                          entropy=entropy, rollout_logp=mb.get('rollout_logp'), **loss_hp)
+                (loss * world_size).backward()  # DDP averages over ranks; our shares are meant to be summed
             step_loss += loss.item()
             if it == 0:  # trainer-side statistics of the batch as sampled
-                n = mb['completion_mask'].sum().item()
-                for k, v in stats.items():
-                    stats_sum[k] = stats_sum.get(k, 0.0) + v * n
-                stat_tokens += n
-                entropy_sum += (entropy.detach() * mb['completion_mask']).sum().item()
-                if 'rollout_logp' in mb:  # |log pi_trainer - log pi_sampler| over sampled tokens
-                    mismatch.append(((logp.detach() - mb['rollout_logp']).abs() * mb['completion_mask']).sum().item())
+                n = stats.pop('n_tokens')
+                token_sums = {**{k: v * n for k, v in stats.items()}, 'n_tokens': n, 'entropy': masked_sum(entropy, mb)}
+                if 'rollout_logp' in mb:  # |log pi_trainer - log pi_sampler| over the sampled tokens
+                    token_sums['rollout_mismatch'] = masked_sum((logp - mb['rollout_logp']).abs(), mb)
+                for k, v in token_sums.items():
+                    sums[k] = sums.get(k, 0.0) + v
+        step_loss = reduce_sum(step_loss)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float('inf')).item()
         lr = learning_rate * min(1.0, (step + 1) / warmup_iters) if warmup_iters else learning_rate
         for group in optimizer.param_groups:
             group['lr'] = lr
         if it == 0:
             first_loss = step_loss
-        if math.isfinite(step_loss) and math.isfinite(grad_norm):
+        if math.isfinite(step_loss) and math.isfinite(grad_norm):  # the same on every rank after the reduce
             optimizer.step()
         else:  # a non-finite loss or gradient would poison the weights: skip this update
             nonfinite = True
     train_time = time.time() - t0
     bad_steps = bad_steps + 1 if nonfinite else 0
-    if nonfinite:
+    if nonfinite and master:
         tqdm.write(f"step {step + 1}: non-finite loss or grad norm, optimizer step skipped ({bad_steps} in a row)")
 
     # --- sync the new weights into the sampler
     t0 = time.time()
+    wake(engine)
     sync_weights(engine, model)
     sync_time = time.time() - t0
 
-    # --- log
+    # --- log: sums over ranks, then means
+    correct = batch['correct'] > 0
+    totals = reduce_sum({**sums, 'seqs': B, 'reward': batch['rewards'].sum().item(), 'len': lengths.sum().item(),
+                         'truncated': batch['truncated'].float().sum().item(), 'n_correct': correct.sum().item(),
+                         'len_correct': lengths[correct].sum().item(), 'len_wrong': lengths[~correct].sum().item(),
+                         **{f'reward/{k}': v.sum().item() for k, v in reward_parts.items()}})
+    n_tokens, seqs = max(totals.pop('n_tokens', 0), 1e-9), totals['seqs']
     record = {
         'step': step + 1,
-        'reward': batch['rewards'].mean().item(),
-        **{f'reward/{k}': v.mean().item() for k, v in reward_parts.items()},
-        **sample_stats,  # 'accuracy': the verifier's mean over every sample of the step, + dynamic sampling's
-        'completion_len': lengths.mean().item(),
-        'completion_len_correct': lengths[batch['correct'] > 0].mean().item() if batch['correct'].any() else None,
-        'completion_len_wrong': lengths[batch['correct'] == 0].mean().item() if not batch['correct'].all() else None,
-        'truncated': batch['truncated'].float().mean().item(),
-        'entropy': entropy_sum / max(stat_tokens, 1),
+        'reward': totals['reward'] / seqs,
+        **{k: v / seqs for k, v in totals.items() if k.startswith('reward/')},
+        **sample_record,
+        'completion_len': totals['len'] / seqs,
+        'completion_len_correct': totals['len_correct'] / totals['n_correct'] if totals['n_correct'] else None,
+        'completion_len_wrong': totals['len_wrong'] / (seqs - totals['n_correct']) if seqs > totals['n_correct'] else None,
+        'truncated': totals['truncated'] / seqs,
+        'entropy': totals['entropy'] / n_tokens,
         'loss': first_loss,
         'grad_norm': grad_norm,
         'lr': lr,
         'nonfinite_skipped': int(nonfinite),
-        'reward_errors': reward_errors,
+        'reward_errors': reduce_sum(reward_errors),
         'rollout_seconds': rollout_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
         'tokens_per_second': num_tokens * num_iterations / max(train_time, 1e-9),
-        **{f'loss/{k}': v / max(stat_tokens, 1) for k, v in stats_sum.items() if k != 'n_tokens'},
+        **{f'loss/{k}': v / n_tokens for k, v in totals.items() if k in stats},
     }
-    if mismatch:
-        record['rollout_mismatch'] = sum(mismatch) / max(num_tokens, 1)
+    if 'rollout_mismatch' in totals:
+        record['rollout_mismatch'] = totals['rollout_mismatch'] / n_tokens
     log(record)
-    tqdm.write(f"step {step + 1}: reward {record['reward']:.3f} len {record['completion_len']:.1f} "
-               f"entropy {record['entropy']:.3f} clip {record.get('loss/clip_frac', 0):.4f} "
-               f"gnorm {grad_norm:.3f} | rollout {rollout_time:.1f}s train {train_time:.1f}s sync {sync_time:.2f}s")
+    if master:
+        tqdm.write(f"step {step + 1}: reward {record['reward']:.3f} len {record['completion_len']:.1f} "
+                   f"entropy {record['entropy']:.3f} clip {record.get('loss/clip_frac', 0):.4f} gnorm {grad_norm:.3f} "
+                   f"| rollout {rollout_time:.1f}s train {train_time:.1f}s sync {sync_time:.2f}s")
 
     if bad_steps >= max_bad_steps:
         raise SystemExit(f"aborting: {bad_steps} steps in a row with a non-finite loss or grad norm "
@@ -443,3 +513,6 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     # --- checkpoint (step + 1 optimizer steps are done; the data position and RNGs resume from here)
     if checkpoint_and_maybe_stop(step + 1):
         break
+
+if ddp and rollout_engine != 'vllm':  # a vLLM engine tears the process groups down itself, at exit
+    dist.destroy_process_group()

@@ -39,10 +39,10 @@ def test_dynamic_sampling_fills_the_step_with_live_groups():
                                   oversample=1.5, max_rounds=0)
     groups = [batch["completions"][i] for i in range(0, len(batch["completions"]), G)]
     live_served = [p for p in state["served"] if p % 3 == 0]
-    assert stats["live_groups"] >= 4 and len(groups) == stats["live_groups"]
+    assert stats["groups_live"] >= 4 and len(groups) == stats["groups_live"]
     assert groups == [f"prompt {p}" for p in live_served]          # no live group lost, none degenerate kept
-    assert stats["prompts_consumed"] == len(state["served"])
-    assert stats["degenerate_frac"] == 1 - len(live_served) / len(state["served"])
+    assert stats["groups_sampled"] == len(state["served"])
+    assert stats["groups_degenerate"] == len(state["served"]) - len(live_served)
     # the rows of a group stay together and in order, and every tensor was re-padded consistently
     assert batch["correct"].view(-1, G).tolist() == [[1, 0, 0, 1]] * len(groups)
     assert batch["completion_ids"][::G, 0].tolist() == live_served
@@ -53,15 +53,16 @@ def test_the_bound_on_rounds_holds_and_all_degenerate_gives_none():
     verdicts = {p: [1] * G for p in range(10)}
     next_rows, state = cursor(10)
     batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0, max_rounds=3)
-    assert batch is None and stats["gen_rounds"] == 3 and stats["live_groups"] == 0
-    assert stats["degenerate_frac"] == 1.0 and stats["prompts_consumed"] == 12 and stats["accuracy"] == 1.0
+    assert batch is None and stats["gen_rounds"] == 3 and stats["groups_live"] == 0
+    assert stats["groups_degenerate"] == stats["groups_sampled"] == 12
+    assert stats["samples_correct"] == stats["samples"] == 12 * G
 
 
 def test_partial_fill_after_the_bound_keeps_what_it_found():
     verdicts = {p: ([0, 1, 1, 1] if p == 2 else [0] * G) for p in range(50)}
     next_rows, _ = cursor(50)
     batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 8, G, oversample=2.0, max_rounds=2)
-    assert stats["gen_rounds"] == 2 and stats["live_groups"] == 1
+    assert stats["gen_rounds"] == 2 and stats["groups_live"] == 1
     assert batch["completions"] == ["prompt 2"] * G
 
 
@@ -79,3 +80,25 @@ def test_concat_batches_repads_prompts_left_and_completions_right():
     assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert torch.allclose(out["rollout_logp"], torch.tensor([[-0.1, -0.2, -0.3], [-0.5, 0, 0]]))
     assert out["completions"] == ["a", "b"]
+
+
+def test_ranks_stay_in_lockstep_while_one_rank_has_no_live_group():
+    """Two ranks simulated from rank 0's side: reduce_sum stands in for all_reduce and adds the other rank's
+    values. Each round the loop sums (live groups, ranks without a live group); the other rank's prompts are
+    all degenerate (0 live, 1 rank without), so rank 0 keeps generating with it, round for round, up to the
+    bound, although it has enough live groups after the first round."""
+    calls = []
+
+    def reduce_sum(x):
+        calls.append(x)
+        return x + (0 if len(calls) % 2 == 1 else 1)  # odd calls: live counts; even calls: ranks without one
+
+    verdicts = {p: [1, 0, 1, 1] for p in range(100)}
+    next_rows, state = cursor(100)
+    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0, max_rounds=3,
+                                  reduce_sum=reduce_sum, world_size=2)
+    assert stats["gen_rounds"] == 3 and len(calls) == 2 * 3 + 2  # the condition was evaluated 4 times
+    # each round asks for ceil(missing * oversample / world_size) prompts, missing >= world_size:
+    # 4 missing -> 2 prompts, then 4 - 2 = 2 -> 1, then max(4 - 3, 2) = 2 -> 1
+    assert len(state["served"]) == 2 + 1 + 1 and stats["groups_live"] == 4
+    assert batch["completions"][::G] == [f"prompt {p}" for p in state["served"]]

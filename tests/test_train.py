@@ -37,6 +37,8 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
         assert STEP_KEYS <= set(r), STEP_KEYS - set(r)
         assert 0 <= r["accuracy"] <= 1 and 0 < r["completion_len"] <= 8 and r["grad_norm"] >= 0
         assert 0 <= r["rollout_mismatch"] < 0.5      # vLLM only: mean |logp_trainer - logp_sampler|
+        # per-token means: the base model's entropy on its own samples is ~2 nats, and every fraction is in [0, 1]
+        assert 0.3 < r["entropy"] < 6 and 0 <= r["loss/zero_grad_frac"] <= 1 and 0 <= r["loss/clip_frac"] <= 1
     assert 0 <= evals[0]["eval/accuracy"] <= 1
 
     # the checkpoint is a plain HF folder (transformers loads it) plus the trainer's state
@@ -86,3 +88,4 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == f"config error: {data}/train.jsonl: more than max_bad_rows=1 malformed rows"
+
