@@ -89,3 +89,19 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == f"config error: {data}/train.jsonl: more than max_bad_rows=1 malformed rows"
 
+
+
+def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path):
+    """A temperature of 1e-45: vLLM samples greedily (it treats T < 1e-5 as greedy), while the trainer's
+    logits / T overflow, so every loss is NaN. Each step is skipped, and the run stops after max_bad_steps."""
+    out_dir = str(tmp_path / "run")
+    result = subprocess.run([sys.executable, "train.py", *TINY, f"--out_dir={out_dir}", "--temperature=1e-45",
+                             "--eval_interval=0", "--max_iters=5", "--max_bad_steps=2"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "aborting: 2 steps in a row with a non-finite loss or grad norm (max_bad_steps=2); "
+        "the last checkpoint holds the last good weights")
+    steps = records(out_dir)
+    assert [r["step"] for r in steps] == [1, 2] and all(r["nonfinite_skipped"] == 1 for r in steps)
+    assert "step 2: non-finite loss or grad norm, optimizer step skipped (2 in a row)" in result.stdout
