@@ -222,11 +222,8 @@ def reduce_sum(x):
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist())) if keys else t.item()
 
-def fits(row):
-    return len(encode_prompts(tokenizer, [row['prompt']])[0]) <= max_prompt_len
-
-for name, rows in [('train', train_rows), ('test', test_rows)]:
-    kept = [r for r in rows if fits(r)]
+for name, rows in [('train', train_rows), ('test', test_rows)]:  # over-long prompts: skipped and counted here
+    kept = [r for r in rows if len(encode_prompts(tokenizer, [r['prompt']])[0]) <= max_prompt_len]
     if len(kept) < len(rows):
         print(f"{name}: {len(rows) - len(kept)} prompts longer than max_prompt_len={max_prompt_len} tokens skipped")
     rows[:] = kept
@@ -414,18 +411,10 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     # rho = 1 and the detached current log-probs serve as old_logp (clipping does nothing then).
     t0 = time.time()
     model.train()
-    if num_iterations > 1 or ref_model is not None:
-        with torch.no_grad():
-            olds, refs = [], []
-            for mb in micro_batches(batch, B):
-                if num_iterations > 1:
-                    olds.append(completion_logprobs(model, *score_args(mb))[0].cpu())
-                if ref_model is not None:
-                    refs.append(completion_logprobs(ref_model, *score_args(mb))[0].cpu())
-        if olds:
-            batch['old_logp'] = torch.cat(olds)
-        if refs:
-            batch['ref_logp'] = torch.cat(refs)
+    with torch.no_grad():  # pi_old for num_iterations > 1, pi_ref for the KL penalty: one pass each, no grad
+        for key, net in [('old_logp', model if num_iterations > 1 else None), ('ref_logp', ref_model)]:
+            if net is not None:
+                batch[key] = torch.cat([completion_logprobs(net, *score_args(mb))[0].cpu() for mb in micro_batches(batch, B)])
 
     # --- num_iterations optimizer passes over the batch, micro-batched with gradient accumulation
     sums, nonfinite = {}, False  # sums of this rank's token-level statistics (first pass)

@@ -70,7 +70,8 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     result = train(f"--out_dir={out_dir}", f"--data_dir={data}", "--max_iters=1", "--rollout_engine=hf",
                    "--eval_interval=0", "--prompts_per_step=1", "--dynamic_sampling=True", "--max_gen_batches=0",
                    "--mask_truncated=True", "--overlong_buffer=4", "--length_reward_coef=0.5", "--format_coef=0.1",
-                   "--loss_type=dapo", "--reward_wrong=-1.0")
+                   "--loss_type=dapo", "--reward_wrong=-1.0", "--num_iterations=2", "--beta=0.01",
+                   "--max_new_tokens=16")  # long enough that some completions end and survive mask_truncated
     assert f"{data}/train.jsonl:2: 'prompt' must be a non-empty list" in result.stdout
     assert f"{data}/train.jsonl:4: not valid JSON" in result.stdout
     assert f"{data}/train.jsonl: 2 malformed rows skipped, 50 kept" in result.stdout
@@ -80,6 +81,9 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     for part in ("reward/task", "reward/format", "reward/overlong", "reward/length"):
         assert part in step
     assert -1 <= step["reward/task"] <= 1 and -1 <= step["reward/overlong"] <= 0
+    # num_iterations=2 scored pi_old in its own pass and beta > 0 loaded the reference model: at the first
+    # step policy, pi_old and reference are the same weights, so the ratio is 1 and the k3 KL is 0
+    assert step["truncated"] < 1 and abs(step["loss/ratio_mean"] - 1) < 1e-5 and abs(step["loss/kl"]) < 1e-5
     assert abs(step["reward"] - sum(step[p] for p in ("reward/task", "reward/format", "reward/overlong",
                                                       "reward/length"))) < 1e-5
 
