@@ -11,6 +11,9 @@ Every variant below is "GRPO with one thing changed", and this file teaches exac
   sapo        Qwen SAPO: a smooth sigmoid gate instead of the hard clip
   clip_cov    Cui et al. 2025: detach a few random high-covariance tokens (they drive entropy collapse)
   kl_cov      Cui et al. 2025: put a |log pi - log pi_old| penalty on the top-covariance tokens
+And the baseline GRPO removed, for contrast: a learned critic with GAE advantages (per token, not per answer):
+  ppo         PPO (seed 003): clipped surrogate on GAE advantages, clipped value loss, token-level mean
+  vapo        VAPO (ByteDance Seed, 2025): ppo + decoupled and length-adaptive GAE + DAPO's clip-higher
 Plus three switches that work with every variant: a KL penalty to a reference model, an entropy bonus, and
 truncated importance sampling (TIS) against the rollout engine's log-probs.
 
@@ -26,7 +29,8 @@ import torch
 # -----------------------------------------------------------------------------
 # names
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "gspo", "gspo_token", "cispo", "sapo", "clip_cov", "kl_cov")
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "gspo", "gspo_token", "cispo", "sapo", "clip_cov", "kl_cov", "ppo", "vapo")
+CRITIC_LOSS_TYPES = ("ppo", "vapo")  # these train a value model beside the policy
 TIS_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 MAX_LOG_RATIO = 20.0  # overflow guard for exp(log pi - log pi_old), as in verl
@@ -36,6 +40,7 @@ NORMALISATION = {
     "grpo": "seq_mean", "gspo": "seq_mean", "gspo_token": "seq_mean",
     "dr_grpo": "const_len",
     "dapo": "token_mean", "cispo": "token_mean", "sapo": "token_mean", "clip_cov": "token_mean", "kl_cov": "token_mean",
+    "ppo": "token_mean", "vapo": "token_mean",
 }
 
 
@@ -62,6 +67,44 @@ def group_advantages(rewards, group_size, scale="group", eps=1e-6):
     # scale="batch": the mean is still per group, but the std is the whole batch's (one scale for all prompts).
     std = r.std(dim=1, keepdim=True, correction=0) if scale == "group" else rewards.float().std(correction=0)
     return (centred / (std + eps)).view(-1)
+
+# -----------------------------------------------------------------------------
+# advantages with a critic (ppo, vapo): GAE over the completion tokens
+
+def gae(token_rewards, values, mask, lam, gamma=1.0):
+    """Generalized advantage estimation (seed 003, PPO). token_rewards, values, mask: (B, T), right-padded;
+    lam: a number or (B,) (VAPO's length-adaptive lambda). Returns (advantages, returns), (B, T), 0 on padding."""
+    B, T = values.shape
+    lam = torch.as_tensor(lam, dtype=values.dtype, device=values.device).expand(B)
+    advantages = torch.zeros_like(values)
+    next_value, next_adv = values.new_zeros(B), values.new_zeros(B)      # V and A after the last token: 0
+    for t in reversed(range(T)):
+        valid = mask[:, t] > 0
+        # GAE: delta_t = r_t + gamma V(s_t+1) - V(s_t),  A_t = delta_t + gamma lambda A_t+1
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        adv = delta + gamma * lam * next_adv
+        advantages[:, t] = torch.where(valid, adv, 0.0)
+        next_value, next_adv = torch.where(valid, values[:, t], next_value), torch.where(valid, adv, next_adv)
+    return advantages, advantages + values * mask   # the critic's target: R_t = A_t + V(s_t) (lambda-return)
+
+
+def length_adaptive_lambda(lengths, alpha=0.05):
+    """VAPO sec. 3.2 (length-adaptive GAE): lambda_policy = 1 - 1 / (alpha * |y|), so that the sum of the
+    TD weights, 1 / (1 - lambda), grows with the answer's length. Answers shorter than 1/alpha tokens would
+    get lambda < 0: clamped to 0 (pure TD(0))."""
+    return (1 - 1 / (alpha * lengths.clamp(min=1))).clamp(min=0.0)
+
+
+def value_loss(values, old_values, returns, mask, vf_clip=0.5, num_tokens=None):
+    """PPO's clipped value loss (seed 003): 0.5 max((V - R)^2, (V_clip - R)^2), V_clip = V_old +
+    clip(V - V_old, -vf_clip, vf_clip), token-level mean (num_tokens: the step's global count). (B, T) in;
+    returns (loss, stats): the clipped fraction is where the clipped branch is the larger."""
+    v_clip = old_values + (values - old_values).clamp(-vf_clip, vf_clip)
+    unclipped, clipped = (values - returns) ** 2, (v_clip - returns) ** 2
+    loss = aggregate(0.5 * torch.maximum(unclipped, clipped), mask, "token_mean", num_tokens)
+    with torch.no_grad():
+        stats = {"loss": masked_mean(unclipped, mask).item() / 2, "clip_frac": masked_mean((clipped > unclipped).float(), mask).item()}
+    return loss, stats
 
 # -----------------------------------------------------------------------------
 # small helpers the trainer can reuse
@@ -155,7 +198,8 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
         raise ValueError("logp, old_logp, mask must be (B, T) and advantages (B,) or (B, T)")
     gspo_like = loss_type in ("gspo", "gspo_token")
     eps_low = (3e-4 if gspo_like else 0.2) if eps_low is None else eps_low      # GSPO paper: 3e-4 / 4e-4
-    eps_high = (4e-4 if gspo_like else 0.2) if eps_high is None else eps_high   # (dapo recipes set 0.28)
+    eps_high = (4e-4 if gspo_like else 0.28 if loss_type == "vapo" else 0.2) if eps_high is None else eps_high
+    # (VAPO sec. 3.3 takes DAPO's clip-higher: eps_high = 0.28; the dapo recipes set 0.28 in config)
     B, T = logp.shape
 
     # Padding must contribute neither value nor gradient, whatever garbage it holds. torch.where (not a multiply):
@@ -190,7 +234,7 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
     selected = torch.zeros_like(valid)              # (B, T) bool: tokens picked by clip_cov / kl_cov
     dead = adv == 0                                 # (B, T) bool: policy term has exactly zero gradient here
 
-    if loss_type in ("grpo", "dr_grpo", "dapo", "clip_cov"):
+    if loss_type in ("grpo", "dr_grpo", "dapo", "clip_cov", "ppo", "vapo"):
         # PPO / GRPO clipped surrogate (seed 003 J_PPO, J_GRPO), with DAPO's decoupled Clip-Higher bounds:
         # min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A). The clipped branch is a constant: no gradient.
         obj = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)

@@ -24,12 +24,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 # -----------------------------------------------------------------------------
 # loading
 
+# the trainer's attention kernel: fused SDPA on GPU; on CPU the plain matmul ("eager") attention, which made a
+# whole update 14% faster than SDPA's CPU flash kernel at the demo's ~100-token sequences (measured, 2 cores)
+ATTENTION = "sdpa" if torch.cuda.is_available() else "eager"
+
 def load_model(path):
     """An HF causal LM from a local folder or a hub id, with fp32 master weights, and its tokenizer."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=ATTENTION)
     model.config.use_cache = False  # training never reuses the KV cache
     return model, tokenizer
 
@@ -38,53 +42,137 @@ def load_model(path):
 # per-token log-probs and entropy of the completion tokens
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                        temperature=1.0, autocast_dtype=None):
+                        temperature=1.0, autocast_dtype=None, chunk_elements=2**24):
     """log pi(token) and the entropy of pi at every completion position, both (B, C), in fp32.
 
     The batch layout (rollout.py): prompts left-padded to P tokens, completions right-padded to C
     tokens, so every row's completion starts at column P and the hidden state at column P-1+t
-    predicts completion token t."""
+    predicts completion token t. The head sees only real completion tokens, chunk_elements logits at a
+    time (HeadLogprobs; 2**24 fp32 logits = 64 MB); padding positions get log-prob and entropy 0."""
+    head, valid = model.get_output_embeddings(), completion_mask.bool()                # valid: (B, C)
+    hidden = completion_hidden(model.get_decoder(), prompt_ids, prompt_mask, completion_ids, completion_mask,
+                               autocast_dtype)[valid]       # (N, H): only the N real completion tokens
+    # MiniMax-M1: the LM head in FP32, hidden state and weight both cast up before the matmul
+    with torch.autocast(hidden.device.type, enabled=False):
+        logp, entropy = HeadLogprobs.apply(hidden.float(), head.weight.float(), completion_ids[valid],
+                                           temperature, max(1, chunk_elements // head.weight.shape[0]))
+    zeros = torch.zeros(valid.shape, device=valid.device)
+    return zeros.masked_scatter(valid, logp), zeros.masked_scatter(valid, entropy)       # (B, C) each
+
+
+def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_mask, autocast_dtype=None):
+    """The body's last hidden state at the C positions that predict the completion tokens: (B, C, H)."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+C)
     attention_mask = torch.cat([prompt_mask, completion_mask.long()], dim=1)       # (B, P+C)
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding must not shift positions
-    body, head = model.get_decoder(), model.get_output_embeddings()
-    device_type = input_ids.device.type
-    with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+    with torch.autocast(input_ids.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
         hidden = body(input_ids=input_ids, attention_mask=attention_mask,
                       position_ids=position_ids).last_hidden_state                 # (B, P+C, H)
-    P = prompt_ids.shape[1]
-    hidden = hidden[:, P - 1:-1]                                                   # (B, C, H)
-    # MiniMax-M1: the LM head in FP32, hidden state and weight both cast up before the matmul
-    with torch.autocast(device_type, enabled=False):
-        logits = F.linear(hidden.float(), head.weight.float()) / temperature      # (B, C, V)
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)       # (B, C)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)                             # (B, C)
-    return logp, entropy
+    return hidden[:, prompt_ids.shape[1] - 1:-1]
+
+
+class HeadLogprobs(torch.autograd.Function):
+    """log pi(target) and the entropy of pi = softmax(hidden @ weight.T / T), chunk tokens at a time.
+
+    The naive path materialises (N, V) fp32 logits, and autograd keeps several (N, V) tensors alive for
+    backward: at Qwen's V = 151,936 and 8,192 tokens that is 5 GB each. Here only one chunk's logits
+    exist at a time, and backward recomputes them (one extra head matmul) instead of storing them."""
+
+    @staticmethod
+    def log_softmax(h, weight, temperature):
+        """log softmax(h @ weight.T / T): one chunk's (n, V) log-probs over the vocabulary, fp32."""
+        z = h @ weight.T
+        return (z if temperature == 1 else z.div_(temperature)).log_softmax(-1)
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, chunk):   # (N, H), (V, H), (N,)
+        logp, entropy = [], []
+        for h, t in zip(hidden.split(chunk), targets.split(chunk)):
+            logp_all = HeadLogprobs.log_softmax(h, weight, temperature)           # (n, V)
+            logp.append(logp_all.gather(1, t[:, None]).squeeze(1))
+            entropy.append(-logp_all.exp().mul_(logp_all).sum(-1))
+        ctx.save_for_backward(hidden, weight, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None, not zeros
+        return torch.cat(logp), torch.cat(entropy)
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):                                   # (N,), (N,)
+        hidden, weight, targets = ctx.saved_tensors
+        grad_hidden, grad_weight = torch.zeros_like(hidden), torch.zeros_like(weight)
+        for i in range(0, hidden.shape[0], ctx.chunk):
+            h, t, s = hidden[i:i + ctx.chunk], targets[i:i + ctx.chunk], slice(i, i + ctx.chunk)
+            logp_all = HeadLogprobs.log_softmax(h, weight, ctx.temperature)       # (n, V), recomputed
+            p = logp_all.exp()
+            if grad_entropy is not None:  # dH / dz_j = -p_j (log p_j + H), z = logits / T
+                H = -(p * logp_all).sum(-1, keepdim=True)
+                entropy_part = logp_all.add_(H).mul_(p).mul_(-grad_entropy[s, None])     # in place, (n, V)
+            # dLoss / dz, (n, V), in place of p: d log pi(t) / dz = onehot(t) - p
+            g = p.zero_() if grad_logp is None else p.mul_(-grad_logp[s, None]).scatter_add_(1, t[:, None], grad_logp[s, None])
+            if grad_entropy is not None:
+                g.add_(entropy_part)
+            if ctx.temperature != 1:
+                g.div_(ctx.temperature)
+            grad_hidden[s] = g @ weight
+            if ctx.needs_input_grad[1]:
+                grad_weight.addmm_(g.T, h)
+        return grad_hidden, grad_weight if ctx.needs_input_grad[1] else None, None, None, None
 
 
 class Scorer(torch.nn.Module):
-    """completion_logprobs as a module's forward. DistributedDataParallel syncs gradients through hooks it sets
-    up in forward, so under torchrun the trainer wraps this, not the HF model (whose own forward would make
-    the full bf16 logits we avoid)."""
+    """completion_logprobs (or completion_values) as a module's forward. DistributedDataParallel syncs gradients
+    through hooks it sets up in forward, so under torchrun the trainer wraps this, not the HF model (whose own
+    forward would make the full bf16 logits we avoid)."""
 
-    def __init__(self, model):
+    def __init__(self, model, fn=None):
         super().__init__()
-        self.model = model
+        self.model, self.fn = model, fn or completion_logprobs
 
     def forward(self, *args):
-        return completion_logprobs(self.model, *args)
+        return self.fn(self.model, *args)
+
+
+# -----------------------------------------------------------------------------
+# the critic of ppo / vapo: the policy's base network with a scalar head, V(s_t) at every position
+
+def load_critic(path):
+    """A value model from a causal-LM folder (a fresh head, zero: V = 0 until trained) or from a saved critic."""
+    from transformers import AutoModelForTokenClassification
+    critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32,
+                                                              attn_implementation=ATTENTION)
+    if not os.path.exists(os.path.join(path, "critic.json")):
+        torch.nn.init.zeros_(critic.score.weight)
+        if critic.score.bias is not None:
+            torch.nn.init.zeros_(critic.score.bias)
+    return critic
+
+
+def completion_values(critic, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=None,
+                      autocast_dtype=None):
+    """V(s_t) before each completion token, (B, C) in fp32, 0 on padding (the value head in fp32, as the LM head;
+    temperature is unused: the argument list is completion_logprobs')."""
+    hidden = completion_hidden(critic.base_model, prompt_ids, prompt_mask, completion_ids, completion_mask, autocast_dtype)
+    with torch.autocast(hidden.device.type, enabled=False):
+        values = F.linear(hidden.float(), critic.score.weight.float(), critic.score.bias).squeeze(-1)
+    return values * completion_mask
+
+
+def save_critic(path, critic):
+    critic.save_pretrained(path)
+    json.dump({"trained": True}, open(os.path.join(path, "critic.json"), "w"))  # a saved head is kept on load
 
 
 # -----------------------------------------------------------------------------
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
 
-def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state):
+def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None):
     """Write to ckpt_dir + '.tmp' and rename into place: a crash mid-write keeps the previous one."""
     tmp, old = ckpt_dir + ".tmp", ckpt_dir + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    if critic is not None:
+        save_critic(os.path.join(tmp, "critic"), critic)
     torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
     meta = {k: trainer_state[k] for k in ("step", "model_source", "config", "world") if k in trainer_state}
     json.dump(meta, open(os.path.join(tmp, "meta.json"), "w"), indent=1, default=str)  # readable without torch

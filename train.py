@@ -16,6 +16,7 @@ import json
 import math
 import os
 import random
+import resource
 import signal
 import sys
 import time
@@ -25,8 +26,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from losses import KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, group_advantages, policy_loss
-from model import Scorer, completion_logprobs, load_model, load_trainer_state, read_checkpoint_meta, save_checkpoint
+from losses import (CRITIC_LOSS_TYPES, KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, gae, group_advantages,
+                    length_adaptive_lambda, policy_loss, value_loss)
+from model import (Scorer, completion_logprobs, completion_values, load_critic, load_model, load_trainer_state,
+                   read_checkpoint_meta, save_checkpoint)
 from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty, safe_score
 from rollout import dynamic_sample, encode_prompts, generate, init_engine, sleep, sync_weights, wake
 
@@ -82,6 +85,13 @@ kl_estimator = 'k3'           # k1 | k2 | k3
 entropy_coef = 0.0            # entropy bonus
 tis_mode = 'none'             # truncated IS against the sampler's log-probs: none | token_truncate | ...
 tis_cap = 2.0
+# critic (loss_type 'ppo' / 'vapo' only): a value model beside the policy, GAE advantages per token
+critic_lr = 5e-5              # the critic's own AdamW learning rate
+vf_clip = 0.5                 # PPO clipped value loss: V may move at most this far from V_old per step
+gae_lambda = 0.95             # ppo: GAE lambda of the policy's advantages and of the critic's targets
+value_warmup_steps = None     # critic-only steps before the policy moves; None: 50 for vapo (VAPO sec. 3.1), 0 for ppo
+lam_alpha = 0.05              # vapo: lambda_policy = 1 - 1/(alpha |y|) (VAPO sec. 3.2); its critic uses lambda = 1
+lm_coef = 0.1                 # vapo: weight mu of the NLL loss on correct answers (VAPO sec. 3.4)
 # optimization
 learning_rate = 2e-5
 weight_decay = 0.0
@@ -90,8 +100,12 @@ beta2 = 0.99
 grad_clip = 1.0               # max global grad norm (0: off)
 warmup_iters = 0              # linear learning-rate warmup
 max_iters = 30                # optimizer steps (x num_iterations passes each)
-micro_batch_size = 16         # sequences per forward/backward; gradients accumulate over the step
+micro_batch_size = 16         # at most this many sequences per forward/backward; gradients accumulate
+max_tokens_per_micro = 2048   # ... and at most this many tokens, padding included (rows sorted by length)
 dtype = 'bfloat16'            # autocast dtype of the transformer body; the LM head is always fp32
+gradient_checkpointing = False  # recompute activations in backward: less memory, ~1/3 more compute (GPU)
+old_logp_source = 'policy'    # pi_old when num_iterations > 1: 'policy' (a no-grad pass) | 'rollout' (vLLM's
+                              # log-probs, no pass: verl's "bypass" mode; the clip absorbs the mismatch)
 # eval and checkpoints
 eval_interval = 10            # held-out eval every this many steps, at step 0 and at the end (0: never)
 eval_samples = 4              # k of avg@k: samples per held-out problem, at the training temperature
@@ -114,15 +128,20 @@ def config_error(msg):
 
 for key, valid in [('loss_type', LOSS_TYPES), ('reward_fn', tuple(REWARDS)), ('adv_scale', ('group', 'batch', 'none')),
                    ('rollout_engine', ('vllm', 'hf')), ('dtype', ('float32', 'bfloat16', 'float16')),
-                   ('tis_mode', TIS_MODES), ('kl_estimator', KL_ESTIMATORS)]:
+                   ('tis_mode', TIS_MODES), ('kl_estimator', KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout'))]:
     if globals()[key] not in valid:
         config_error(f"{key}={globals()[key]!r}; valid: {', '.join(valid)}")
 if not 0 <= overlong_buffer <= max_new_tokens:
     config_error(f"overlong_buffer={overlong_buffer} must lie in 0..max_new_tokens={max_new_tokens}")
 if group_size < 2:
     config_error(f"group_size={group_size}: a group advantage needs at least 2 samples per prompt")
-if num_iterations < 1 or max_iters < 0 or prompts_per_step < 1 or micro_batch_size < 1:
-    config_error("num_iterations, prompts_per_step and micro_batch_size must be >= 1, max_iters >= 0")
+if num_iterations < 1 or max_iters < 0 or prompts_per_step < 1 or micro_batch_size < 1 or max_tokens_per_micro < 1:
+    config_error("num_iterations, prompts_per_step, micro_batch_size, max_tokens_per_micro must be >= 1, max_iters >= 0")
+if value_warmup_steps is not None and (not isinstance(value_warmup_steps, int) or value_warmup_steps < 0):
+    config_error(f"value_warmup_steps={value_warmup_steps!r} must be None or an int >= 0")
+if old_logp_source == 'rollout' and (rollout_engine != 'vllm' or tis_mode != 'none'):
+    config_error("old_logp_source='rollout' needs rollout_engine='vllm' (its log-probs) and tis_mode='none' "
+                 "(the sampler is pi_old then: there is no mismatch left to correct)")
 
 # -----------------------------------------------------------------------------
 # data: every task's rows share one format (data/*/prepare.py)
@@ -203,11 +222,25 @@ model_source = ckpt_meta['model_source'] if resume else init_from  # the model t
 model_path = ckpt_dir if resume else init_from
 model, tokenizer = load_model(model_path)
 model.to(device).train()
+if gradient_checkpointing:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2), weight_decay=weight_decay)
 state = load_trainer_state(ckpt_dir) if resume else None
 if resume:
     optimizer.load_state_dict(state['optimizer'])
 ref_model = load_model(model_source)[0].to(device).eval().requires_grad_(False) if beta > 0 else None
+critic = None
+if loss_type in CRITIC_LOSS_TYPES:  # PPO / VAPO: the value model (the base network, a scalar head), its own AdamW
+    critic = load_critic(os.path.join(ckpt_dir, 'critic') if resume else model_source).to(device).train()
+    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=critic_lr, betas=(beta1, beta2), weight_decay=weight_decay)
+    if resume:
+        critic_optimizer.load_state_dict(state['critic_optimizer'])
+    if gradient_checkpointing:
+        critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
+    critic_scorer = Scorer(critic, completion_values)
+    critic_scorer = DDP(critic_scorer, device_ids=[local_rank] if device.startswith('cuda') else None) if ddp else critic_scorer
+    if value_warmup_steps is None:
+        value_warmup_steps = 50 if loss_type == 'vapo' else 0
 # the trainer's forward for the loss; DDP averages the gradients over ranks in the last micro-batch's backward
 scorer = DDP(Scorer(model), device_ids=[local_rank] if device.startswith('cuda') else None) if ddp else Scorer(model)
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, gpu_memory_utilization=vllm_gpu_memory_utilization,
@@ -282,9 +315,27 @@ def evaluate():
                        'truncated': batch['truncated'].float().sum().item()})
     return {f'eval/{k}': v / sums['n'] for k, v in sums.items() if k != 'n'}
 
-def micro_batches(batch, B):
-    for i in range(0, B, micro_batch_size):
-        yield {k: v[i:i + micro_batch_size].to(device) for k, v in batch.items() if torch.is_tensor(v)}
+def micro_batches(batch):
+    """Token-budget micro-batches: rows sorted by length (completion, then prompt) and packed greedily while a micro-batch has at most
+    micro_batch_size rows and max_tokens_per_micro tokens with its padding; each is cut to its own longest prompt
+    and completion. Returns them (on device) and the fraction of their tokens that is padding."""
+    prompt_len, completion_len = batch['prompt_mask'].sum(1).tolist(), batch['completion_mask'].sum(1).long().tolist()
+    P = batch['prompt_ids'].shape[1]
+    width = lambda rows: max(prompt_len[i] for i in rows) + max(1, max(completion_len[i] for i in rows))
+    groups = [[]]
+    for i in sorted(range(len(prompt_len)), key=lambda i: (-completion_len[i], -prompt_len[i])):
+        rows = groups[-1] + [i]
+        if len(rows) > 1 and (len(rows) > micro_batch_size or len(rows) * width(rows) > max_tokens_per_micro):
+            groups.append([i])
+        else:
+            groups[-1] = rows
+    mbs = []
+    for rows in groups:
+        p, c = max(prompt_len[i] for i in rows), max(1, max(completion_len[i] for i in rows))
+        cut = lambda k, v: v[:, P - p:] if k.startswith('prompt') else v[:, :c] if v.dim() == 2 else v
+        mbs.append({k: cut(k, v[rows]).to(device) for k, v in batch.items() if torch.is_tensor(v)})
+    padded = sum(len(rows) * width(rows) for rows in groups)
+    return mbs, 1 - (sum(prompt_len) + sum(completion_len)) / padded
 
 def masked_sum(x, mb):
     return (x.detach() * mb['completion_mask']).sum().item()
@@ -294,7 +345,8 @@ def score_args(mb):
 
 loss_hp = dict(eps_low=eps_low, eps_high=eps_high, max_new_tokens=max_new_tokens, tau_pos=tau_pos, tau_neg=tau_neg,
                cispo_eps_high=cispo_eps_high, clip_cov_ratio=clip_cov_ratio, clip_cov_lb=clip_cov_lb,
-               clip_cov_ub=clip_cov_ub, kl_cov_ratio=kl_cov_ratio, kl_cov_coef=kl_cov_coef, beta=beta,
+               clip_cov_ub=clip_cov_ub, kl_cov_ratio=kl_cov_ratio, kl_cov_coef=kl_cov_coef,
+               beta=0.0 if critic is not None else beta,  # ppo / vapo: the KL is a per-token reward instead
                kl_estimator=kl_estimator, entropy_coef=entropy_coef, tis_mode=tis_mode, tis_cap=tis_cap)
 if wandb_log and master:
     import wandb
@@ -336,7 +388,8 @@ def checkpoint_and_maybe_stop(steps_done):
         if master:
             save_checkpoint(ckpt_dir, model, tokenizer, {
                 'step': steps_done, 'model_source': model_source, 'config': config, 'world': {'world_size': world_size},
-                'data_cursor': data_cursor, 'optimizer': optimizer.state_dict(), 'rng': rngs})
+                'data_cursor': data_cursor, 'optimizer': optimizer.state_dict(), 'rng': rngs,
+                'critic_optimizer': critic_optimizer.state_dict() if critic else None}, critic=critic)
         if ddp:
             dist.barrier()
     if stop and master:
@@ -376,13 +429,15 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
                                        reduce_sum, world_size)
     else:
         batch = rollout(next_rows(prompts_per_step // world_size), group_size)
-        counts = {'samples': len(batch['completions']), 'samples_correct': batch['correct'].sum().item()}
+        correct = batch['correct'].view(-1, group_size)  # a group whose answers all score the same teaches nothing
+        counts = {'samples': len(batch['completions']), 'samples_correct': batch['correct'].sum().item(),
+                  'groups_sampled': len(correct), 'groups_degenerate': (correct == correct[:, :1]).all(1).sum().item()}
     counts = reduce_sum(counts)
     rollout_time = time.time() - t0
-    sample_record = {'accuracy': counts['samples_correct'] / max(counts['samples'], 1)}  # over every sample
+    sample_record = {'accuracy': counts['samples_correct'] / max(counts['samples'], 1),  # over every sample
+                     'degenerate_frac': counts['groups_degenerate'] / max(counts['groups_sampled'], 1)}
     if dynamic_sampling:
         sample_record.update(gen_rounds=counts['gen_rounds'] / world_size, prompts_consumed=counts['groups_sampled'],
-                             degenerate_frac=counts['groups_degenerate'] / max(counts['groups_sampled'], 1),
                              live_groups=counts['groups_live'])
         if counts['groups_live'] < prompts_per_step and master:
             tqdm.write(f"step {step + 1}: only {counts['groups_live']:.0f} live groups after {counts['gen_rounds']:.0f} "
@@ -403,22 +458,48 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         del batch['rollout_logp']
     # global denominators, counted after masking and summed over ranks once per step: each micro-batch loss
     # is its share of the whole step's loss, so they add up (over micro-batches and ranks) to the batch loss
-    global_counts = reduce_sum({'tokens': mask.sum().item(), 'seqs': B})
+    global_counts = reduce_sum({'tokens': mask.sum().item(), 'seqs': B, 'prompt_tokens': batch['prompt_mask'].sum().item(),
+                                'positive_tokens': (mask * (batch['correct'] > 0)[:, None]).sum().item()})
     num_tokens, num_seqs = max(global_counts['tokens'], 1), global_counts['seqs']
 
     sleep(engine)  # GPU: the KV cache makes room for the update until the next rollout
     # --- old log-probs: with num_iterations == 1 the batch is used once, on-policy, so pi_old = pi_theta,
-    # rho = 1 and the detached current log-probs serve as old_logp (clipping does nothing then).
+    # rho = 1 and the detached current log-probs serve as old_logp (clipping does nothing then); with
+    # old_logp_source='rollout' the sampler's own log-probs serve. Otherwise one no-grad pass computes them.
     t0 = time.time()
     model.train()
-    with torch.no_grad():  # pi_old for num_iterations > 1, pi_ref for the KL penalty: one pass each, no grad
-        for key, net in [('old_logp', model if num_iterations > 1 else None), ('ref_logp', ref_model)]:
-            if net is not None:
-                batch[key] = torch.cat([completion_logprobs(net, *score_args(mb))[0].cpu() for mb in micro_batches(batch, B)])
+    if old_logp_source == 'rollout':
+        batch['old_logp'] = batch['rollout_logp']
+    mbs, pad_frac = micro_batches(batch)
+    need_old = (num_iterations > 1 or (critic is not None and beta > 0)) and 'old_logp' not in batch
+    with torch.no_grad():  # pi_old, pi_ref for the KL penalty, the critic's V_old: one pass each, no grad
+        for key, net, fn in [('old_logp', model if need_old else None, completion_logprobs),
+                             ('ref_logp', ref_model, completion_logprobs), ('old_values', critic, completion_values)]:
+            for mb in mbs if net is not None else []:
+                out = fn(net, *score_args(mb))
+                mb[key] = out if key == 'old_values' else out[0]
+    if critic is not None:  # PPO / VAPO: per-token advantages from the critic (GAE), whitened over the whole batch
+        for mb in mbs:
+            m, rows_len = mb['completion_mask'], mb['completion_mask'].sum(1)
+            last = (rows_len.long() - 1).clamp(min=0)[:, None]
+            token_rewards = torch.zeros_like(m).scatter(1, last, mb['rewards'][:, None]) * m  # the outcome on the last token
+            if beta > 0:  # PPO's KL reward: -beta log(pi_old / pi_ref) on every token (instead of a KL loss)
+                token_rewards = token_rewards - beta * (mb['old_logp'] - mb['ref_logp']) * m
+            # VAPO sec. 3.2, decoupled GAE: the critic's targets with lambda = 1 (Monte-Carlo: unbiased), the
+            # policy's advantages with the length-adaptive lambda; ppo uses gae_lambda for both
+            lam_policy = gae_lambda if loss_type == 'ppo' else length_adaptive_lambda(rows_len, lam_alpha)
+            mb['advantages'] = gae(token_rewards, mb['old_values'], m, lam_policy)[0]
+            mb['returns'] = gae(token_rewards, mb['old_values'], m, gae_lambda if loss_type == 'ppo' else 1.0)[1]
+        adv_sums = reduce_sum({'n': num_tokens, 's': sum(mb['advantages'].sum().item() for mb in mbs),
+                               'sq': sum((mb['advantages'] ** 2).sum().item() for mb in mbs)})
+        adv_mean = adv_sums['s'] / adv_sums['n']
+        adv_std = max(adv_sums['sq'] / adv_sums['n'] - adv_mean ** 2, 0.0) ** 0.5
+        for mb in mbs:  # PPO: advantages whitened over the batch's tokens (zero mean, unit variance)
+            mb['advantages'] = (mb['advantages'] - adv_mean) / (adv_std + 1e-8) * mb['completion_mask']
+    score_time, t0 = time.time() - t0, time.time()
 
     # --- num_iterations optimizer passes over the batch, micro-batched with gradient accumulation
-    sums, nonfinite = {}, False  # sums of this rank's token-level statistics (first pass)
-    mbs = list(micro_batches(batch, B))
+    sums, nonfinite = {}, False  # sums of this rank's token-level statistics
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0  # this pass's loss: the sum of its micro-batch losses (over ranks, below)
@@ -430,13 +511,28 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
                 loss, stats = policy_loss(loss_type, logp, old_logp, mb['advantages'], mb['completion_mask'],
                                           num_tokens=num_tokens, num_seqs=num_seqs, ref_logp=mb.get('ref_logp'),
                                           entropy=entropy, rollout_logp=mb.get('rollout_logp'), **loss_hp)
+                if loss_type == 'vapo' and lm_coef > 0:  # VAPO sec. 3.4: + mu * NLL of the correct answers' tokens
+                    positive = mb['completion_mask'] * (mb['correct'] > 0)[:, None]
+                    loss = loss - lm_coef * (logp * positive).sum() / max(global_counts['positive_tokens'], 1)
+                logp.retain_grad()
                 (loss * world_size).backward()  # DDP averages over ranks; our shares are meant to be summed
             step_loss += loss.item()
+            n = stats.pop('n_tokens')  # the loss statistics (clip fractions, ...): means over all passes
+            for k, v in stats.items():
+                sums[f'loss/{k}'] = sums.get(f'loss/{k}', 0.0) + v * n / num_iterations
             if it == 0:  # trainer-side statistics of the batch as sampled
-                n = stats.pop('n_tokens')
-                token_sums = {**{k: v * n for k, v in stats.items()}, 'n_tokens': n, 'entropy': masked_sum(entropy, mb)}
+                token_sums = {'n_tokens': n, 'entropy': masked_sum(entropy, mb)}
                 if 'rollout_logp' in mb:  # |log pi_trainer - log pi_sampler| over the sampled tokens
                     token_sums['rollout_mismatch'] = masked_sum((logp - mb['rollout_logp']).abs(), mb)
+                # seed 000 experiment 1 in a real step: the gradient weight of a token, |dLoss/dlogp| / |A|, averaged
+                # in each answer, for answers shorter than the batch's median length / the others (grpo: short > long)
+                m, rows_len = mb['completion_mask'], mb['completion_mask'].sum(1)
+                adv = mb['advantages'] if mb['advantages'].dim() == 2 else mb['advantages'][:, None].expand_as(m)
+                live = (adv != 0) * m
+                row_weight = (logp.grad.abs() / adv.abs().clamp(min=1e-12) * live).sum(1) / live.sum(1).clamp(min=1)
+                for name, rows in (('short', rows_len < lengths.median()), ('long', rows_len >= lengths.median())):
+                    rows = rows & (live.sum(1) > 0)
+                    token_sums[f'weight_{name}'], token_sums[f'n_{name}'] = row_weight[rows].sum().item(), rows.sum().item()
                 for k, v in token_sums.items():
                     sums[k] = sums.get(k, 0.0) + v
         step_loss = reduce_sum(step_loss)
@@ -446,10 +542,31 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
             group['lr'] = lr
         if it == 0:
             first_loss = step_loss
-        if math.isfinite(step_loss) and math.isfinite(grad_norm):  # the same on every rank after the reduce
+        if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):  # the same on every rank after the reduce
+            nonfinite = True  # a non-finite loss or gradient would poison the weights: skip this update
+        elif critic is None or step >= value_warmup_steps:  # VAPO sec. 3.1: the policy waits while the critic warms up
             optimizer.step()
-        else:  # a non-finite loss or gradient would poison the weights: skip this update
-            nonfinite = True
+
+    if critic is not None:  # the critic: num_iterations passes of PPO's clipped value loss, with its own AdamW
+        for it in range(num_iterations):
+            critic_optimizer.zero_grad(set_to_none=True)
+            for i, mb in enumerate(mbs):
+                with critic_scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
+                    vloss, vstats = value_loss(critic_scorer(*score_args(mb)), mb['old_values'], mb['returns'],
+                                               mb['completion_mask'], vf_clip, num_tokens)
+                    (vloss * world_size).backward()
+                if it == 0:
+                    m, n = mb['completion_mask'], mb['completion_mask'].sum().item()
+                    error = (mb['returns'] - mb['old_values']) * m         # how far V_old was from its target
+                    first = torch.where(m[:, 0] > 0, mb['rewards'] - mb['old_values'][:, 0], 0.0)
+                    for k, v in {'value/loss': vstats['loss'] * n, 'value/clip_frac': vstats['clip_frac'] * n,
+                                 'ret': mb['returns'].sum().item(), 'ret_sq': (mb['returns'] ** 2).sum().item(),
+                                 'err': error.sum().item(), 'err_sq': (error ** 2).sum().item(),
+                                 'v0': mb['old_values'][:, 0].sum().item(), 'v0_sq_err': (first ** 2).sum().item()}.items():
+                        sums[k] = sums.get(k, 0.0) + v
+            critic_norm = torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip if grad_clip > 0 else float('inf')).item()
+            if math.isfinite(critic_norm):
+                critic_optimizer.step()
     train_time = time.time() - t0
     bad_steps = bad_steps + 1 if nonfinite else 0
     if nonfinite and master:
@@ -483,12 +600,27 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         'lr': lr,
         'nonfinite_skipped': int(nonfinite),
         'reward_errors': reduce_sum(reward_errors),
-        'rollout_seconds': rollout_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
+        'rollout_seconds': rollout_time, 'score_seconds': score_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
+        'train_tokens': (num_tokens + global_counts['prompt_tokens']) * num_iterations,  # through the model, all passes
         'tokens_per_second': num_tokens * num_iterations / max(train_time, 1e-9),
-        **{f'loss/{k}': v / n_tokens for k, v in totals.items() if k in stats},
+        'peak_memory_gib': (torch.cuda.max_memory_allocated() if device.startswith('cuda') else  # this rank's peak
+                            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**30,    # (CPU: resident set)
+        'pad_frac': pad_frac,  # the micro-batches' padding; with every row at the batch's full width it would be:
+        'pad_frac_unpacked': 1 - (mask.sum().item() + batch['prompt_mask'].sum().item()) / (B * (batch['prompt_ids'].shape[1] + mask.shape[1])),
+        **{k: v / n_tokens for k, v in totals.items() if k.startswith('loss/')},
     }
     if 'rollout_mismatch' in totals:
         record['rollout_mismatch'] = totals['rollout_mismatch'] / n_tokens
+    if totals['n_short'] and totals['n_long']:
+        record['token_weight_short_long'] = (totals['weight_short'] / totals['n_short']) / (totals['weight_long'] / totals['n_long'])
+    if critic is not None:  # the critic as a baseline: explained variance of its targets, V(s_0) vs GRPO's group mean
+        var = lambda s, sq: sq / n_tokens - (s / n_tokens) ** 2
+        group_mean = batch['rewards'].view(-1, group_size).mean(1).repeat_interleave(group_size)
+        record.update({'value/loss': totals['value/loss'] / n_tokens, 'value/clip_frac': totals['value/clip_frac'] / n_tokens,
+                       'value/explained_var': 1 - var(totals['err'], totals['err_sq']) / max(var(totals['ret'], totals['ret_sq']), 1e-12),
+                       'value/v0': totals['v0'] / seqs, 'value/baseline_mse': totals['v0_sq_err'] / seqs,
+                       'value/group_baseline_mse': reduce_sum(((batch['rewards'] - group_mean) ** 2).sum().item()) / seqs,
+                       'policy_frozen': int(step < value_warmup_steps)})
     log(record)
     if master:
         tqdm.write(f"step {step + 1}: reward {record['reward']:.3f} len {record['completion_len']:.1f} "

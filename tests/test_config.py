@@ -24,6 +24,9 @@ def run_train(*args):
     (["--loss_type=ppo2"], "loss_type='ppo2'; valid: grpo"),
     (["--adv_scale=std"], "adv_scale='std'; valid: group, batch, none"),
     (["--overlong_buffer=99"], "overlong_buffer=99 must lie in 0..max_new_tokens=16"),
+    (["--old_logp_source=vllm"], "old_logp_source='vllm'; valid: policy, rollout"),
+    (["--old_logp_source=rollout", "--rollout_engine=hf"], "old_logp_source='rollout' needs rollout_engine='vllm'"),
+    (["--max_tokens_per_micro=0"], "max_tokens_per_micro must be >= 1"),
 ])
 def test_bad_config_is_one_clear_line(args, expected):
     result = run_train(*args)

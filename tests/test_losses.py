@@ -491,15 +491,16 @@ def test_zero_grad_frac_matches_autograd_for_every_variant():
 
 def test_errors_name_the_bad_value():
     logp, old, mask = make(RHO)
-    with pytest.raises(ValueError, match="ppo.*grpo"):
-        policy_loss("ppo", logp, old, ADV, mask)
+    with pytest.raises(ValueError, match="trpo.*grpo"):
+        policy_loss("trpo", logp, old, ADV, mask)
     with pytest.raises(ValueError, match="token_clip.*token_truncate"):
         policy_loss("dapo", logp, old, ADV, mask, tis_mode="token_clip", rollout_logp=old)
     with pytest.raises(ValueError, match="k5.*k3"):
         policy_loss("dapo", logp, old, ADV, mask, kl_estimator="k5")
     with pytest.raises(ValueError, match="max_new_tokens"):
         policy_loss("dr_grpo", logp, old, ADV, mask)
-    assert set(LOSS_TYPES) == {"grpo", "dr_grpo", "dapo", "gspo", "gspo_token", "cispo", "sapo", "clip_cov", "kl_cov"}
+    assert set(LOSS_TYPES) == {"grpo", "dr_grpo", "dapo", "gspo", "gspo_token", "cispo", "sapo", "clip_cov", "kl_cov",
+                               "ppo", "vapo"}
 
 
 def test_readme_variant_table_points_at_the_right_lines():
@@ -509,7 +510,7 @@ def test_readme_variant_table_points_at_the_right_lines():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     source = open(os.path.join(root, "losses.py")).read().splitlines()
     keyword = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO", "gspo": "GSPO", "gspo_token": "GSPO-token",
-               "cispo": "CISPO", "sapo": "SAPO", "clip_cov": "Clip-Cov", "kl_cov": "KL-Cov"}
+               "cispo": "CISPO", "sapo": "SAPO", "clip_cov": "Clip-Cov", "kl_cov": "KL-Cov", "ppo": "PPO", "vapo": "VAPO"}
     rows = re.findall(r"^\| `(\w+)` \|.*\| ([\d\-, ]+) \|$", open(os.path.join(root, "README.md")).read(), re.M)
     assert sorted(name for name, _ in rows) == sorted(losses.LOSS_TYPES)
     for name, ranges in rows:

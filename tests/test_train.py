@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from conftest import ROOT
@@ -71,7 +72,8 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
                    "--eval_interval=0", "--prompts_per_step=1", "--dynamic_sampling=True", "--max_gen_batches=0",
                    "--mask_truncated=True", "--overlong_buffer=4", "--length_reward_coef=0.5", "--format_coef=0.1",
                    "--loss_type=dapo", "--reward_wrong=-1.0", "--num_iterations=2", "--beta=0.01",
-                   "--max_new_tokens=16")  # long enough that some completions end and survive mask_truncated
+                   "--max_new_tokens=16",  # long enough that some completions end and survive mask_truncated
+                   "--learning_rate=0.0")  # the weights stay: both passes see ratio 1 (loss/* are means over passes)
     assert f"{data}/train.jsonl:2: 'prompt' must be a non-empty list" in result.stdout
     assert f"{data}/train.jsonl:4: not valid JSON" in result.stdout
     assert f"{data}/train.jsonl: 2 malformed rows skipped, 50 kept" in result.stdout
@@ -81,8 +83,8 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     for part in ("reward/task", "reward/format", "reward/overlong", "reward/length"):
         assert part in step
     assert -1 <= step["reward/task"] <= 1 and -1 <= step["reward/overlong"] <= 0
-    # num_iterations=2 scored pi_old in its own pass and beta > 0 loaded the reference model: at the first
-    # step policy, pi_old and reference are the same weights, so the ratio is 1 and the k3 KL is 0
+    # num_iterations=2 scored pi_old in its own pass and beta > 0 loaded the reference model: with lr 0 the
+    # policy, pi_old and the reference are the same weights in both passes, so the ratio is 1 and the k3 KL 0
     assert step["truncated"] < 1 and abs(step["loss/ratio_mean"] - 1) < 1e-5 and abs(step["loss/kl"]) < 1e-5
     assert abs(step["reward"] - sum(step[p] for p in ("reward/task", "reward/format", "reward/overlong",
                                                       "reward/length"))) < 1e-5
@@ -109,3 +111,28 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path):
     steps = records(out_dir)
     assert [r["step"] for r in steps] == [1, 2] and all(r["nonfinite_skipped"] == 1 for r in steps)
     assert "step 2: non-finite loss or grad norm, optimizer step skipped (2 in a row)" in result.stdout
+
+
+def test_old_logp_from_the_sampler_skips_the_old_pass(tmp_path):
+    """old_logp_source='rollout' (verl's bypass): vLLM's log-probs are pi_old, so the ratio's |log rho| is exactly
+    the rollout/trainer mismatch (with lr 0, in both passes), not 0 as with a pi_old pass by the trainer."""
+    out_dir = str(tmp_path / "bypass")
+    train(f"--out_dir={out_dir}", "--max_iters=1", "--eval_interval=0", "--rollout_engine=vllm",
+          "--num_iterations=2", "--old_logp_source=rollout", "--learning_rate=0.0")  # both passes: the same weights
+    step = [r for r in records(out_dir) if "reward" in r][-1]
+    assert step["rollout_mismatch"] > 1e-3
+    assert abs(step["loss/log_ratio_abs_mean"] - step["rollout_mismatch"]) < 1e-6 * step["rollout_mismatch"] + 1e-9
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_token_weights_of_short_and_long_answers_in_a_real_step(tmp_path, loss_type):
+    """Seed 000 experiment 1, logged from a real step: |dLoss/dlogp| / |A| per token, answers shorter than the
+    median over the others. grpo's 1/|o_i| gives short answers' tokens more weight; dapo's token mean does not."""
+    out_dir = str(tmp_path / loss_type)
+    train(f"--out_dir={out_dir}", "--max_iters=1", "--eval_interval=0", "--rollout_engine=hf", f"--loss_type={loss_type}",
+          "--prompts_per_step=2", "--dynamic_sampling=True", "--max_gen_batches=0", "--max_new_tokens=12")
+    ratio = [r for r in records(out_dir) if "reward" in r][-1]["token_weight_short_long"]
+    if loss_type == "grpo":
+        assert ratio > 1.05, ratio
+    else:
+        assert ratio == pytest.approx(1.0, abs=1e-6)

@@ -1,0 +1,212 @@
+"""
+Where an RL step's time goes, and how close each part runs to the hardware. Prints one table; every number
+in it is measured by this run, on this machine (CUDA is detected and used the same way).
+
+    python bench.py                  # everything (~15 min on 2 CPU cores)
+    python bench.py --only=score     # one section: peak | rollout | score | step
+
+Sections
+  peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
+  rollout  tokens/s of vLLM and of HF generate on the same prompts (the standard workload below)
+  score    log-prob + entropy of 8,192 tokens through a head of vocab V, forward and backward: the naive
+           (N, V) fp32 logits path versus model.py's chunked HeadLogprobs, time and peak memory
+  step     the standard workload (16 prompts x 8 samples x <= 64 new tokens, SmolLM2-135M) through train.py
+           itself: rollout / scoring / update / sync seconds; "before" = the same code with fp32 compute,
+           HF generate and the naive head. Update efficiency = model FLOPs / update time / bf16 peak, with
+           model FLOPs = 6 * (body params * all tokens + head params * completion tokens).
+Each measurement runs in its own process, so one that runs out of memory is reported as such.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import torch
+
+device = 'cuda' if torch.cuda.is_available() else 'cpu'
+MODEL = 'models/smollm2/hf'
+WORKLOAD = ['config/cpu_demo.py', '--prompts_per_step=16', '--group_size=8', '--max_new_tokens=64',
+            '--eval_interval=0', '--max_iters=2', '--micro_batch_size=128', '--max_tokens_per_micro=2048']
+BEFORE = ['--dtype=float32', '--rollout_engine=hf']  # plus the naive head (patched in below)
+
+
+def sync():
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+def measure(fn):
+    """Seconds and peak memory in bytes above the start (CUDA: allocated; CPU: resident set, polled) of fn()."""
+    if device == 'cuda':
+        sync(), torch.cuda.reset_peak_memory_stats()
+        base, t0 = torch.cuda.memory_allocated(), time.time()
+        fn(), sync()
+        return time.time() - t0, torch.cuda.max_memory_allocated() - base
+    rss = lambda: int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+    base, peak, done = rss(), [0], threading.Event()
+    def poll():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.001)
+    thread = threading.Thread(target=poll)
+    thread.start()
+    t0 = time.time()
+    fn()
+    seconds = time.time() - t0
+    done.set(), thread.join()
+    return seconds, max(peak[0], rss()) - base
+
+
+def naive_head(hidden, weight, targets, temperature):
+    """The textbook path (and model.py's before this benchmark): all (N, V) fp32 logits, autograd keeps them."""
+    logp_all = torch.log_softmax(hidden @ weight.T / temperature, dim=-1)                 # (N, V)
+    return logp_all.gather(1, targets[:, None]).squeeze(1), -(logp_all.exp() * logp_all).sum(-1)
+
+
+# -----------------------------------------------------------------------------
+# the measurements, one per child process (`python bench.py --child=NAME ARGS`)
+
+def child_peak():
+    n = 8192 if device == 'cuda' else 2048
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+        a @ b
+        seconds, _ = measure(lambda: [a @ b for _ in range(5)])
+        out[str(dtype).split('.')[1]] = 5 * 2 * n ** 3 / seconds / 1e9
+    return out
+
+
+def child_score(impl, vocab, tokens, hidden_size=576):
+    from model import HeadLogprobs
+    g = torch.Generator(device=device).manual_seed(0)
+    hidden = torch.randn(tokens, hidden_size, device=device, generator=g).requires_grad_()
+    weight = (0.02 * torch.randn(vocab, hidden_size, device=device, generator=g)).requires_grad_()
+    targets = torch.randint(vocab, (tokens,), device=device, generator=g)
+    advantages = torch.randn(tokens, device=device, generator=g)
+    head = naive_head if impl == 'naive' else lambda *a: HeadLogprobs.apply(*a, max(1, 2 ** 24 // vocab))
+    def step():  # the default loss: a policy-gradient term on log pi; the entropy is computed, for the log
+        logp, entropy = head(hidden, weight, targets, 1.0)
+        (-(advantages * logp).mean()).backward()
+    seconds, peak = measure(step)
+    return {'seconds': seconds, 'peak_bytes': peak}
+
+
+def child_rollout():
+    from model import load_model
+    from rollout import encode_prompts, generate, init_engine
+    model, tokenizer = load_model(MODEL)
+    rows = [json.loads(line) for line in open('data/arithmetic/train.jsonl')][:16]
+    prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
+    out = {}
+    for kind in ('vllm', 'hf'):
+        engine = init_engine(kind, MODEL, gpu_memory_utilization=0.3)
+        run = lambda: generate(engine, tokenizer, prompt_ids, 8, 64, 1.0, model=model.to(device),
+                               autocast_dtype=torch.bfloat16)
+        generate(engine, tokenizer, prompt_ids[:2], 2, 8, 1.0, model=model.to(device), autocast_dtype=torch.bfloat16)
+        t0 = time.time()
+        batch = run()
+        seconds = time.time() - t0
+        out[kind] = {'tokens': batch['completion_mask'].sum().item(), 'seconds': seconds}
+        del engine
+    return out
+
+
+def child_train(*args):
+    """train.py as a script in this process, with the naive head patched in when asked ('--naive_head')."""
+    import runpy
+    import model
+    if '--naive_head' in args:
+        model.HeadLogprobs.apply = staticmethod(lambda h, w, t, temperature, chunk: naive_head(h, w, t, temperature))
+    sys.argv = ['train.py', *[a for a in args if a != '--naive_head']]
+    runpy.run_path('train.py', run_name='__main__')
+
+
+def run_child(name, *args):
+    """One measurement in a fresh process; its result is the JSON on its last stdout line, None if it died."""
+    result = subprocess.run([sys.executable, __file__, f'--child={name}', *map(str, args)], capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"  {name} {' '.join(map(str, args))}: exit {result.returncode} (out of memory?) {result.stderr[-300:]}")
+        return None
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def train_steps(*args):
+    """Run the workload through train.py for 2 steps; step 2 is the measurement (step 1 pays one-time warm-up)."""
+    out_dir = tempfile.mkdtemp(prefix='bench_')
+    result = subprocess.run([sys.executable, __file__, '--child=train', *WORKLOAD, f'--out_dir={out_dir}', *args],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"  train {' '.join(args)}: exit {result.returncode} {result.stderr[-500:]}")
+        return None
+    steps = [json.loads(line) for line in open(os.path.join(out_dir, 'log.jsonl'))][1:]
+    return {k: sum(s[k] for s in steps) / len(steps) for k in steps[0] if isinstance(steps[0][k], (int, float))}
+
+
+# -----------------------------------------------------------------------------
+# the table
+
+if __name__ == '__main__':
+    argv = sys.argv[1:]
+    if argv and argv[0].startswith('--child='):
+        name, args = argv[0].split('=', 1)[1], argv[1:]
+        result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout, 'train': child_train}[name](
+            *[int(a) if a.isdigit() else a for a in args])
+        if result is not None:
+            print(json.dumps(result))
+        sys.exit(0)
+    only = next((a.split('=', 1)[1] for a in argv if a.startswith('--only=')), None)
+    want = lambda section: only in (None, section)
+    torch.set_num_threads(torch.get_num_threads())
+    name = torch.cuda.get_device_name() if device == 'cuda' else f'CPU, {os.cpu_count()} cores'
+    rows = [('device', name, '')]
+
+    peak = run_child('peak') if want('peak') or want('step') else None
+    if peak:
+        rows += [('matmul fp32', f"{peak['float32']:.0f} GFLOP/s", ''), ('matmul bf16', f"{peak['bfloat16']:.0f} GFLOP/s", 'the ceiling')]
+    if want('rollout') and (r := run_child('rollout')):
+        for kind in ('vllm', 'hf'):
+            rows.append((f'rollout {kind}', f"{r[kind]['tokens'] / r[kind]['seconds']:.0f} tok/s",
+                         f"{r[kind]['tokens']:.0f} tokens in {r[kind]['seconds']:.1f} s"))
+    if want('score'):
+        for vocab, tokens in ((49152, 8192), (151936, 8192), (151936, 4096)):
+            res = {impl: run_child('score', impl, vocab, tokens) for impl in ('chunked', 'naive')}
+            for impl, r in res.items():
+                note = ''
+                if impl == 'chunked' and r and res['naive']:
+                    note = (f"{r['peak_bytes'] / res['naive']['peak_bytes']:.3f}x memory, "
+                            f"{r['seconds'] / res['naive']['seconds']:.2f}x time of naive")
+                rows.append((f'score V={vocab} N={tokens} {impl}', f"{r['seconds']:.2f} s, {r['peak_bytes'] / 2**30:.2f} GiB" if r else
+                             f"killed: more than the machine's {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB", note))
+    if want('step'):
+        after, before = train_steps(), train_steps(*BEFORE, '--naive_head')
+        from transformers import AutoConfig
+        cfg = AutoConfig.from_pretrained(MODEL)
+        head_params = cfg.vocab_size * cfg.hidden_size
+        from transformers import AutoModelForCausalLM
+        body_params = sum(p.numel() for n, p in AutoModelForCausalLM.from_pretrained(MODEL).model.named_parameters()
+                          if 'embed' not in n)
+        for label, r in (('after', after), ('before', before)):
+            if r is None:
+                continue
+            parts = {k: r[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync')}
+            total = sum(parts.values())
+            rows.append((f'step {label}', f'{total:.1f} s',
+                         ', '.join(f"{k} {v:.1f} s ({100 * v / total:.0f}%)" for k, v in parts.items())))
+            completion_tokens = r['completion_len'] * 128
+            flops = 6 * (body_params * r['train_tokens'] + head_params * completion_tokens)
+            if peak:
+                rows.append((f'update {label}', f"{r['train_tokens'] / r['train_seconds']:.0f} tok/s",
+                             f"{flops / r['train_seconds'] / 1e9:.0f} GFLOP/s = "
+                             f"{100 * flops / r['train_seconds'] / 1e9 / peak['bfloat16']:.0f}% of bf16 peak; "
+                             f"padding {100 * r['pad_frac']:.0f}% (every row at full width: {100 * r.get('pad_frac_unpacked', float('nan')):.0f}%)"))
+        if after and before:
+            rows.append(('step speed-up', f"{sum(before[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync')) / sum(after[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync')):.2f}x", 'before / after'))
+
+    width = max(len(r[0]) for r in rows)
+    print(f"\n| {'what'.ljust(width)} | measured | notes |\n|{'-' * (width + 2)}|---|---|")
+    for what, value, note in rows:
+        print(f"| {what.ljust(width)} | {value} | {note} |")

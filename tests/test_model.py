@@ -1,0 +1,109 @@
+"""model.py: the chunked FP32 head equals the naive (B, C, V) path, gradients included; gradient checkpointing
+changes nothing but memory; train.py's token-budget micro-batches change nothing but speed."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from conftest import ROOT
+from model import HeadLogprobs, completion_logprobs
+
+
+def tiny_model(vocab=96):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg).double()
+
+
+def tiny_batch(vocab=96):
+    """3 rows: left-padded prompts of 4, 2 and 3 tokens; right-padded completions of 5, 1 and 3 tokens."""
+    g = torch.Generator().manual_seed(1)
+    prompt_mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1], [0, 1, 1, 1]])
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]).double()
+    prompt_ids = torch.randint(1, vocab, (3, 4), generator=g) * prompt_mask
+    completion_ids = torch.randint(1, vocab, (3, 5), generator=g) * completion_mask.long()
+    return prompt_ids, prompt_mask, completion_ids, completion_mask
+
+
+def naive_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature):
+    """The textbook path: the full (B, C, V) logits from the HF model, log-softmax, gather."""
+    attention_mask = torch.cat([prompt_mask, completion_mask.long()], 1)
+    logits = model(input_ids=torch.cat([prompt_ids, completion_ids], 1), attention_mask=attention_mask,
+                   position_ids=(attention_mask.cumsum(1) - 1).clamp(min=0)).logits
+    logp_all = torch.log_softmax(logits[:, prompt_ids.shape[1] - 1:-1] / temperature, -1)    # (B, C, V)
+    logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)
+    return logp * completion_mask, -(logp_all.exp() * logp_all).sum(-1) * completion_mask
+
+
+def loss_and_grads(model, fn, **kw):
+    """A loss that uses both outputs with per-token weights, and its gradient for every parameter."""
+    model.zero_grad()
+    logp, entropy = fn(model, *tiny_batch(), 0.7, **kw)
+    w = torch.linspace(-1, 2, logp.numel(), dtype=logp.dtype).view_as(logp)
+    loss = (w * logp).sum() + 0.3 * (w.flip(0) * entropy).sum()
+    loss.backward()
+    return logp.detach(), entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("chunk_elements", [96 * 2, 96 * 100])   # 2 tokens per chunk (5 chunks), or 1 chunk
+def test_chunked_head_equals_naive_path_with_gradients(chunk_elements):
+    model = tiny_model()
+    logp0, ent0, grads0 = loss_and_grads(model, naive_logprobs)
+    logp1, ent1, grads1 = loss_and_grads(model, completion_logprobs, chunk_elements=chunk_elements)
+    # the model is float64, the head runs in fp32 in both paths' place: agreement to fp32 round-off (~1e-7 relative)
+    close = lambda a, b: (a.to(b) - b).abs().max() <= 1e-6 * b.abs().max()
+    assert close(logp1, logp0) and close(ent1, ent0)
+    assert (logp1[1, 1:] == 0).all() and (ent1[2, 3:] == 0).all()       # padding positions are 0
+    assert ent0[0].min() > 1.0                                         # a random model: high entropy everywhere
+    for name, g in grads0.items():
+        assert close(grads1[name], g), name
+
+
+def test_head_backward_matches_finite_differences():
+    """HeadLogprobs' hand-written backward (onehot - p for log pi, -p (log p + H) for entropy) against gradcheck."""
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(7, 5, dtype=torch.double, generator=g, requires_grad=True)
+    weight = torch.randn(11, 5, dtype=torch.double, generator=g, requires_grad=True)
+    targets = torch.randint(11, (7,), generator=g)
+    assert torch.autograd.gradcheck(lambda h, w: HeadLogprobs.apply(h, w, targets, 0.7, 3), (hidden, weight))
+    # only log pi used: the entropy's gradient is skipped, the result is the same as through autograd
+    logp, _ = HeadLogprobs.apply(hidden, weight, targets, 0.7, 3)
+    (gh,) = torch.autograd.grad(logp.sum(), hidden)
+    ref = torch.log_softmax(hidden @ weight.T / 0.7, -1).gather(1, targets[:, None]).sum()
+    assert torch.allclose(gh, torch.autograd.grad(ref, hidden)[0], atol=1e-12)
+
+
+def test_gradient_checkpointing_changes_nothing_but_memory():
+    model = tiny_model().train()
+    logp0, ent0, grads0 = loss_and_grads(model, completion_logprobs)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    logp1, ent1, grads1 = loss_and_grads(model, completion_logprobs)
+    assert model.model.gradient_checkpointing and torch.equal(logp0, logp1) and torch.equal(ent0, ent1)
+    for name, g in grads0.items():
+        assert torch.allclose(grads1[name], g, atol=1e-12), name
+
+
+def run_step(out_dir, *args):
+    cmd = [sys.executable, "train.py", "config/cpu_demo.py", "--rollout_engine=hf", "--prompts_per_step=4",
+           "--group_size=4", "--max_new_tokens=12", "--max_iters=1", "--eval_interval=0", "--dtype=float32",
+           f"--out_dir={out_dir}", *args]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))][-1]
+
+
+def test_token_budget_micro_batches_change_nothing_but_padding(tmp_path):
+    """The same step (same seed, same samples) with 16 rows in 4 fixed micro-batches, and packed by a budget of
+    120 tokens: the loss and gradient are the same sums, with less padding. Also runs gradient checkpointing."""
+    fixed = run_step(tmp_path / "fixed", "--micro_batch_size=4", "--max_tokens_per_micro=100000")
+    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=120",
+                      "--gradient_checkpointing=True")
+    assert fixed["reward"] == packed["reward"] and fixed["completion_len"] == packed["completion_len"]
+    assert packed["loss"] == pytest.approx(fixed["loss"], rel=1e-5, abs=1e-7)
+    assert packed["grad_norm"] == pytest.approx(fixed["grad_norm"], rel=1e-4)
+    assert packed["pad_frac"] < fixed["pad_frac"], (packed["pad_frac"], fixed["pad_frac"])
