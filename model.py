@@ -24,16 +24,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 # -----------------------------------------------------------------------------
 # loading
 
-# the trainer's attention kernel: fused SDPA on GPU; on CPU the plain matmul ("eager") attention, which made a
-# whole update 14% faster than SDPA's CPU flash kernel at the demo's ~100-token sequences (measured, 2 cores)
-ATTENTION = "sdpa" if torch.cuda.is_available() else "eager"
 
 def load_model(path):
     """An HF causal LM from a local folder or a hub id, with fp32 master weights, and its tokenizer."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=ATTENTION)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False  # training never reuses the KV cache
     return model, tokenizer
 
@@ -138,8 +135,7 @@ class Scorer(torch.nn.Module):
 def load_critic(path):
     """A value model from a causal-LM folder (a fresh head, zero: V = 0 until trained) or from a saved critic."""
     from transformers import AutoModelForTokenClassification
-    critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32,
-                                                              attn_implementation=ATTENTION)
+    critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     if not os.path.exists(os.path.join(path, "critic.json")):
         torch.nn.init.zeros_(critic.score.weight)
         if critic.score.bias is not None:
