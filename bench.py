@@ -29,7 +29,7 @@ import torch
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
 MODEL = 'models/smollm2/hf'
 WORKLOAD = ['config/cpu_demo.py', '--prompts_per_step=16', '--group_size=8', '--max_new_tokens=64',
-            '--eval_interval=0', '--max_iters=2', '--micro_batch_size=128', '--max_tokens_per_micro=2048']
+            '--eval_interval=0', '--max_iters=3', '--micro_batch_size=128', '--max_tokens_per_micro=2048']
 BEFORE = ['--dtype=float32', '--rollout_engine=hf']  # plus the naive head (patched in below)
 
 
@@ -135,7 +135,8 @@ def run_child(name, *args):
 
 
 def train_steps(*args):
-    """Run the workload through train.py for 2 steps; step 2 is the measurement (step 1 pays one-time warm-up)."""
+    """Run the workload through train.py for 3 steps; the mean of steps 2 and 3 is the measurement (step 1 pays
+    one-time warm-up)."""
     out_dir = tempfile.mkdtemp(prefix='bench_')
     result = subprocess.run([sys.executable, __file__, '--child=train', *WORKLOAD, f'--out_dir={out_dir}', *args],
                             capture_output=True, text=True)
@@ -203,8 +204,11 @@ if __name__ == '__main__':
                              f"{flops / r['train_seconds'] / 1e9:.0f} GFLOP/s = "
                              f"{100 * flops / r['train_seconds'] / 1e9 / peak['bfloat16']:.0f}% of bf16 peak; "
                              f"padding {100 * r['pad_frac']:.0f}% (every row at full width: {100 * r.get('pad_frac_unpacked', float('nan')):.0f}%)"))
-        if after and before:
-            rows.append(('step speed-up', f"{sum(before[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync')) / sum(after[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync')):.2f}x", 'before / after'))
+        if after and before:  # the two runs sample different answers (HF's and vLLM's RNGs): also per sampled token
+            step_time = lambda r: sum(r[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync'))
+            rows.append(('step speed-up', f"{step_time(before) / step_time(after):.2f}x",
+                         f"before / after; per sampled token: {step_time(before) / before['completion_len'] / (step_time(after) / after['completion_len']):.2f}x "
+                         f"(mean answer {before['completion_len']:.1f} / {after['completion_len']:.1f} tokens)"))
 
     width = max(len(r[0]) for r in rows)
     print(f"\n| {'what'.ljust(width)} | measured | notes |\n|{'-' * (width + 2)}|---|---|")

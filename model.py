@@ -31,7 +31,7 @@ def load_model(path):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model.config.use_cache = False  # training never reuses the KV cache
+    model.config.use_cache = False  # training rebuilds the prompt's KV cache itself (completion_hidden)
     return model, tokenizer
 
 
@@ -58,14 +58,27 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
 
 
 def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_mask, autocast_dtype=None):
-    """The body's last hidden state at the C positions that predict the completion tokens: (B, C, H)."""
+    """The body's last hidden state at the C positions that predict the completion tokens: (B, C, H).
+
+    Rows with the same prompt (a GRPO group's G answers) share one forward of it: each distinct prompt goes
+    through the body once, and its keys and values serve every answer to it as a KV cache. Backward sums the
+    answers' gradients into the one prompt pass, so loss and gradients are those of separate forwards (to
+    round-off) at the cost of one prompt instead of G. (Not under HF's gradient checkpointing: it drops caches.)"""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+C)
     attention_mask = torch.cat([prompt_mask, completion_mask.long()], dim=1)       # (B, P+C)
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding must not shift positions
+    P = prompt_ids.shape[1]
+    prompts, row_prompt = torch.cat([prompt_ids, prompt_mask], 1).unique(dim=0, return_inverse=True)  # (U, 2P), (B,)
     with torch.autocast(input_ids.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-        hidden = body(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids).last_hidden_state                 # (B, P+C, H)
-    return hidden[:, prompt_ids.shape[1] - 1:-1]
+        if len(prompts) == len(prompt_ids) or body.is_gradient_checkpointing:     # one pass over prompt + answer
+            return body(input_ids=input_ids, attention_mask=attention_mask,
+                        position_ids=position_ids).last_hidden_state[:, P - 1:-1]
+        prompt = body(input_ids=prompts[:, :P], attention_mask=prompts[:, P:], use_cache=True,
+                      position_ids=(prompts[:, P:].cumsum(1) - 1).clamp(min=0))   # (U, P, H) and its KV cache
+        prompt.past_key_values.batch_select_indices(row_prompt)                    # each answer gets its prompt's
+        answers = body(input_ids=completion_ids, attention_mask=attention_mask, position_ids=position_ids[:, P:],
+                       past_key_values=prompt.past_key_values, use_cache=True).last_hidden_state   # (B, C, H)
+    return torch.cat([prompt.last_hidden_state[row_prompt, -1:], answers[:, :-1]], dim=1)
 
 
 class HeadLogprobs(torch.autograd.Function):

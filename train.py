@@ -316,26 +316,29 @@ def evaluate():
     return {f'eval/{k}': v / sums['n'] for k, v in sums.items() if k != 'n'}
 
 def micro_batches(batch):
-    """Token-budget micro-batches: rows sorted by length (completion, then prompt) and packed greedily while a micro-batch has at most
-    micro_batch_size rows and max_tokens_per_micro tokens with its padding; each is cut to its own longest prompt
-    and completion. Returns them (on device) and the fraction of their tokens that is padding."""
+    """Token-budget micro-batches: rows sorted by length (completion, then prompt) and packed greedily while a
+    micro-batch has at most micro_batch_size rows and max_tokens_per_micro tokens through the body, padding
+    included, each distinct prompt counted once (model.completion_hidden shares it among the rows that answer
+    it); each is cut to its own longest prompt and completion. Returns them (on device), the number of real
+    tokens they put through the body and the fraction of their tokens that is padding."""
     prompt_len, completion_len = batch['prompt_mask'].sum(1).tolist(), batch['completion_mask'].sum(1).long().tolist()
-    P = batch['prompt_ids'].shape[1]
-    width = lambda rows: max(prompt_len[i] for i in rows) + max(1, max(completion_len[i] for i in rows))
-    groups = [[]]
-    for i in sorted(range(len(prompt_len)), key=lambda i: (-completion_len[i], -prompt_len[i])):
-        rows = groups[-1] + [i]
-        if len(rows) > 1 and (len(rows) > micro_batch_size or len(rows) * width(rows) > max_tokens_per_micro):
-            groups.append([i])
+    P, G = batch['prompt_ids'].shape[1], 1 if gradient_checkpointing else group_size  # rows i // G share a prompt
+    tokens = lambda rows: (len({i // G for i in rows}) * max(prompt_len[i] for i in rows)
+                           + len(rows) * max(1, max(completion_len[i] for i in rows)))
+    packs = [[]]
+    for i in sorted(range(len(prompt_len)), key=lambda i: (-completion_len[i], -prompt_len[i], i)):
+        rows = packs[-1] + [i]
+        if len(rows) > 1 and (len(rows) > micro_batch_size or tokens(rows) > max_tokens_per_micro):
+            packs.append([i])
         else:
-            groups[-1] = rows
+            packs[-1] = rows
     mbs = []
-    for rows in groups:
+    for rows in packs:
         p, c = max(prompt_len[i] for i in rows), max(1, max(completion_len[i] for i in rows))
         cut = lambda k, v: v[:, P - p:] if k.startswith('prompt') else v[:, :c] if v.dim() == 2 else v
         mbs.append({k: cut(k, v[rows]).to(device) for k, v in batch.items() if torch.is_tensor(v)})
-    padded = sum(len(rows) * width(rows) for rows in groups)
-    return mbs, 1 - (sum(prompt_len) + sum(completion_len)) / padded
+    real = sum(prompt_len[g * G] for rows in packs for g in {i // G for i in rows}) + sum(completion_len)
+    return mbs, real, 1 - real / sum(tokens(rows) for rows in packs)
 
 def masked_sum(x, mb):
     return (x.detach() * mb['completion_mask']).sum().item()
@@ -458,7 +461,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         del batch['rollout_logp']
     # global denominators, counted after masking and summed over ranks once per step: each micro-batch loss
     # is its share of the whole step's loss, so they add up (over micro-batches and ranks) to the batch loss
-    global_counts = reduce_sum({'tokens': mask.sum().item(), 'seqs': B, 'prompt_tokens': batch['prompt_mask'].sum().item(),
+    global_counts = reduce_sum({'tokens': mask.sum().item(), 'seqs': B,
                                 'positive_tokens': (mask * (batch['correct'] > 0)[:, None]).sum().item()})
     num_tokens, num_seqs = max(global_counts['tokens'], 1), global_counts['seqs']
 
@@ -470,7 +473,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     model.train()
     if old_logp_source == 'rollout':
         batch['old_logp'] = batch['rollout_logp']
-    mbs, pad_frac = micro_batches(batch)
+    mbs, body_tokens, pad_frac = micro_batches(batch)
     need_old = (num_iterations > 1 or (critic is not None and beta > 0)) and 'old_logp' not in batch
     with torch.no_grad():  # pi_old, pi_ref for the KL penalty, the critic's V_old: one pass each, no grad
         for key, net, fn in [('old_logp', model if need_old else None, completion_logprobs),
@@ -601,7 +604,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         'nonfinite_skipped': int(nonfinite),
         'reward_errors': reduce_sum(reward_errors),
         'rollout_seconds': rollout_time, 'score_seconds': score_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
-        'train_tokens': (num_tokens + global_counts['prompt_tokens']) * num_iterations,  # through the model, all passes
+        'train_tokens': reduce_sum(body_tokens) * num_iterations,  # real tokens through the body (a shared prompt once), all passes
         'tokens_per_second': num_tokens * num_iterations / max(train_time, 1e-9),
         'peak_memory_gib': (torch.cuda.max_memory_allocated() if device.startswith('cuda') else  # this rank's peak
                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**30,    # (CPU: resident set)

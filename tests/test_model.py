@@ -1,5 +1,6 @@
 """model.py: the chunked FP32 head equals the naive (B, C, V) path, gradients included; gradient checkpointing
-changes nothing but memory; train.py's token-budget micro-batches change nothing but speed."""
+and a group's shared prompt forward change nothing but memory and time; train.py's token-budget micro-batches
+change nothing but speed."""
 import json
 import os
 import subprocess
@@ -88,6 +89,25 @@ def test_gradient_checkpointing_changes_nothing_but_memory():
         assert torch.allclose(grads1[name], g, atol=1e-12), name
 
 
+def test_shared_prompt_forward_equals_separate_forwards():
+    """Two groups of 3 answers (prompts of 4 and 2 tokens, left-padded) in one batch: each prompt goes through
+    the body once and its KV cache serves its 3 answers. Every row's log-prob, entropy and every parameter's
+    gradient equal those of the 6 rows scored one at a time (one pass over prompt + answer each)."""
+    prompt_ids, prompt_mask, completion_ids, completion_mask = tiny_batch()
+    prompt_rows, answer_rows = [0, 0, 0, 1, 1, 1], [0, 1, 2, 2, 0, 1]   # tiny_batch's answers, reused
+    batch = (prompt_ids[prompt_rows], prompt_mask[prompt_rows], completion_ids[answer_rows], completion_mask[answer_rows])
+    shared = lambda model, *a: completion_logprobs(model, *batch, 0.7)          # loss_and_grads' own batch replaced
+    one_by_one = lambda model, *a: [torch.cat(x) for x in zip(*(completion_logprobs(model, *(t[i:i + 1] for t in batch), 0.7)
+                                                               for i in range(6)))]
+    model = tiny_model()
+    logp0, ent0, grads0 = loss_and_grads(model, one_by_one)
+    logp1, ent1, grads1 = loss_and_grads(model, shared)
+    close = lambda a, b: (a - b).abs().max() <= 1e-6 * b.abs().max()
+    assert close(logp1, logp0) and close(ent1, ent0) and (logp1[1, 1:] == 0).all() and ent1[0].min() > 1.0
+    for name, g in grads0.items():
+        assert close(grads1[name], g), name
+
+
 def run_step(out_dir, *args):
     cmd = [sys.executable, "train.py", "config/cpu_demo.py", "--rollout_engine=hf", "--prompts_per_step=4",
            "--group_size=4", "--max_new_tokens=12", "--max_iters=1", "--eval_interval=0", "--dtype=float32",
@@ -97,13 +117,15 @@ def run_step(out_dir, *args):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))][-1]
 
 
-def test_token_budget_micro_batches_change_nothing_but_padding(tmp_path):
-    """The same step (same seed, same samples) with 16 rows in 4 fixed micro-batches, and packed by a budget of
-    120 tokens: the loss and gradient are the same sums, with less padding. Also runs gradient checkpointing."""
-    fixed = run_step(tmp_path / "fixed", "--micro_batch_size=4", "--max_tokens_per_micro=100000")
-    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=120",
-                      "--gradient_checkpointing=True")
+def test_token_budget_micro_batches_change_nothing_but_work(tmp_path):
+    """The same step (same seed, same samples: 4 groups of 4) in micro-batches of 4 rows with gradient
+    checkpointing (every row runs its own prompt: HF's checkpointing drops the shared prompt's KV cache), and
+    packed by a budget of 400 tokens (a group's prompt runs once per micro-batch): the loss and gradient are the
+    same sums, with fewer tokens through the body."""
+    fixed = run_step(tmp_path / "fixed", "--micro_batch_size=4", "--max_tokens_per_micro=100000",
+                     "--gradient_checkpointing=True")
+    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=400")
     assert fixed["reward"] == packed["reward"] and fixed["completion_len"] == packed["completion_len"]
     assert packed["loss"] == pytest.approx(fixed["loss"], rel=1e-5, abs=1e-7)
     assert packed["grad_norm"] == pytest.approx(fixed["grad_norm"], rel=1e-4)
-    assert packed["pad_frac"] < fixed["pad_frac"], (packed["pad_frac"], fixed["pad_frac"])
+    assert fixed["train_tokens"] - packed["train_tokens"] > 8 * 20, (fixed["train_tokens"], packed["train_tokens"])
