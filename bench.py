@@ -13,7 +13,7 @@ Sections
   step     the standard workload (16 prompts x 8 samples x <= 64 new tokens, SmolLM2-135M) through train.py
            itself: rollout / scoring / update / sync seconds; "before" = the same code with fp32 compute,
            HF generate and the naive head. Update efficiency = model FLOPs / update time / bf16 peak, with
-           model FLOPs = 6 * (body params * all tokens + head params * completion tokens).
+           model FLOPs = 6 * (body params * body tokens + head params * completion tokens), of the trained rows.
 Each measurement runs in its own process, so one that runs out of memory is reported as such.
 """
 import json
@@ -28,7 +28,9 @@ import torch
 
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
 MODEL = 'models/smollm2/hf'
-WORKLOAD = ['config/cpu_demo.py', '--prompts_per_step=16', '--group_size=8', '--max_new_tokens=64',
+# learning_rate=0: the step does all its work (the optimizer step included) but the policy stays the one both
+# columns start from, so their answers (the work) have the same length distribution at every step
+WORKLOAD = ['config/cpu_demo.py', '--prompts_per_step=16', '--group_size=8', '--max_new_tokens=64', '--learning_rate=0',
             '--eval_interval=0', '--max_iters=3', '--micro_batch_size=128', '--max_tokens_per_micro=2048']
 BEFORE = ['--dtype=float32', '--rollout_engine=hf']  # plus the naive head (patched in below)
 
@@ -87,7 +89,8 @@ def child_score(impl, vocab, tokens, hidden_size=576):
     weight = (0.02 * torch.randn(vocab, hidden_size, device=device, generator=g)).requires_grad_()
     targets = torch.randint(vocab, (tokens,), device=device, generator=g)
     advantages = torch.randn(tokens, device=device, generator=g)
-    head = naive_head if impl == 'naive' else lambda *a: HeadLogprobs.apply(*a, max(1, 2 ** 24 // vocab))
+    head = naive_head if impl == 'naive' else lambda *a: HeadLogprobs.apply(*a, max(1, 2 ** 24 // vocab),
+                                                                              tokens * vocab <= 2 ** 28)
     def step():  # the default loss: a policy-gradient term on log pi; the entropy is computed, for the log
         logp, entropy = head(hidden, weight, targets, 1.0)
         (-(advantages * logp).mean()).backward()
@@ -120,7 +123,7 @@ def child_train(*args):
     import runpy
     import model
     if '--naive_head' in args:
-        model.HeadLogprobs.apply = staticmethod(lambda h, w, t, temperature, chunk: naive_head(h, w, t, temperature))
+        model.HeadLogprobs.apply = staticmethod(lambda h, w, t, temperature, chunk, keep: naive_head(h, w, t, temperature))
     sys.argv = ['train.py', *[a for a in args if a != '--naive_head']]
     runpy.run_path('train.py', run_name='__main__')
 
@@ -197,13 +200,13 @@ if __name__ == '__main__':
             total = sum(parts.values())
             rows.append((f'step {label}', f'{total:.1f} s',
                          ', '.join(f"{k} {v:.1f} s ({100 * v / total:.0f}%)" for k, v in parts.items())))
-            completion_tokens = r['completion_len'] * 128
-            flops = 6 * (body_params * r['train_tokens'] + head_params * completion_tokens)
+            flops = 6 * (body_params * r['train_tokens'] + head_params * r['train_completion_tokens'])
             if peak:
                 rows.append((f'update {label}', f"{r['train_tokens'] / r['train_seconds']:.0f} tok/s",
                              f"{flops / r['train_seconds'] / 1e9:.0f} GFLOP/s = "
                              f"{100 * flops / r['train_seconds'] / 1e9 / peak['bfloat16']:.0f}% of bf16 peak; "
-                             f"padding {100 * r['pad_frac']:.0f}% (every row at full width: {100 * r.get('pad_frac_unpacked', float('nan')):.0f}%)"))
+                             f"padding {100 * r['pad_frac']:.0f}% (every row at full width: {100 * r.get('pad_frac_unpacked', float('nan')):.0f}%); "
+                             f"{100 * r['trained_frac']:.0f}% of the rows trained (skip_zero_adv)"))
         if after and before:  # the two runs sample different answers (HF's and vLLM's RNGs): also per sampled token
             step_time = lambda r: sum(r[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync'))
             rows.append(('step speed-up', f"{step_time(before) / step_time(after):.2f}x",

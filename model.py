@@ -39,20 +39,22 @@ def load_model(path):
 # per-token log-probs and entropy of the completion tokens
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                        temperature=1.0, autocast_dtype=None, chunk_elements=2**24):
+                        temperature=1.0, autocast_dtype=None, chunk_elements=2**24, keep_elements=2**28):
     """log pi(token) and the entropy of pi at every completion position, both (B, C), in fp32.
 
     The batch layout (rollout.py): prompts left-padded to P tokens, completions right-padded to C
     tokens, so every row's completion starts at column P and the hidden state at column P-1+t
     predicts completion token t. The head sees only real completion tokens, chunk_elements logits at a
-    time (HeadLogprobs; 2**24 fp32 logits = 64 MB); padding positions get log-prob and entropy 0."""
+    time (HeadLogprobs; 2**24 fp32 logits = 64 MB); padding positions get log-prob and entropy 0. Backward
+    recomputes the logits unless all of them fit in keep_elements (2**28 = 1 GiB): then they are kept."""
     head, valid = model.get_output_embeddings(), completion_mask.bool()                # valid: (B, C)
     hidden = completion_hidden(model.get_decoder(), prompt_ids, prompt_mask, completion_ids, completion_mask,
                                autocast_dtype)[valid]       # (N, H): only the N real completion tokens
     # MiniMax-M1: the LM head in FP32, hidden state and weight both cast up before the matmul
     with torch.autocast(hidden.device.type, enabled=False):
-        logp, entropy = HeadLogprobs.apply(hidden.float(), head.weight.float(), completion_ids[valid],
-                                           temperature, max(1, chunk_elements // head.weight.shape[0]))
+        logp, entropy = HeadLogprobs.apply(hidden.float(), head.weight.float(), completion_ids[valid], temperature,
+                                           max(1, chunk_elements // head.weight.shape[0]),
+                                           torch.is_grad_enabled() and len(hidden) * len(head.weight) <= keep_elements)
     zeros = torch.zeros(valid.shape, device=valid.device)
     return zeros.masked_scatter(valid, logp), zeros.masked_scatter(valid, entropy)       # (B, C) each
 
@@ -86,7 +88,8 @@ class HeadLogprobs(torch.autograd.Function):
 
     The naive path materialises (N, V) fp32 logits, and autograd keeps several (N, V) tensors alive for
     backward: at Qwen's V = 151,936 and 8,192 tokens that is 5 GB each. Here only one chunk's logits
-    exist at a time, and backward recomputes them (one extra head matmul) instead of storing them."""
+    exist at a time, and backward recomputes them (one extra head matmul) instead of storing them; when all of
+    them are small enough (keep=True) it keeps them instead, which saves that matmul and a log-softmax."""
 
     @staticmethod
     def log_softmax(h, weight, temperature):
@@ -95,14 +98,15 @@ class HeadLogprobs(torch.autograd.Function):
         return (z if temperature == 1 else z.div_(temperature)).log_softmax(-1)
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk):   # (N, H), (V, H), (N,)
-        logp, entropy = [], []
+    def forward(ctx, hidden, weight, targets, temperature, chunk, keep):   # (N, H), (V, H), (N,)
+        logp, entropy, kept = [], [], []
         for h, t in zip(hidden.split(chunk), targets.split(chunk)):
             logp_all = HeadLogprobs.log_softmax(h, weight, temperature)           # (n, V)
             logp.append(logp_all.gather(1, t[:, None]).squeeze(1))
             entropy.append(-logp_all.exp().mul_(logp_all).sum(-1))
+            kept += [logp_all] if keep else []
         ctx.save_for_backward(hidden, weight, targets)
-        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.temperature, ctx.chunk, ctx.kept = temperature, chunk, kept
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None, not zeros
         return torch.cat(logp), torch.cat(entropy)
 
@@ -110,9 +114,9 @@ class HeadLogprobs(torch.autograd.Function):
     def backward(ctx, grad_logp, grad_entropy):                                   # (N,), (N,)
         hidden, weight, targets = ctx.saved_tensors
         grad_hidden, grad_weight = torch.zeros_like(hidden), torch.zeros_like(weight)
-        for i in range(0, hidden.shape[0], ctx.chunk):
+        for k, i in enumerate(range(0, hidden.shape[0], ctx.chunk)):
             h, t, s = hidden[i:i + ctx.chunk], targets[i:i + ctx.chunk], slice(i, i + ctx.chunk)
-            logp_all = HeadLogprobs.log_softmax(h, weight, ctx.temperature)       # (n, V), recomputed
+            logp_all = ctx.kept[k] if ctx.kept else HeadLogprobs.log_softmax(h, weight, ctx.temperature)  # (n, V)
             p = logp_all.exp()
             if grad_entropy is not None:  # dH / dz_j = -p_j (log p_j + H), z = logits / T
                 H = -(p * logp_all).sum(-1, keepdim=True)
@@ -126,7 +130,8 @@ class HeadLogprobs(torch.autograd.Function):
             grad_hidden[s] = g @ weight
             if ctx.needs_input_grad[1]:
                 grad_weight.addmm_(g.T, h)
-        return grad_hidden, grad_weight if ctx.needs_input_grad[1] else None, None, None, None
+        ctx.kept = None  # used up in place
+        return grad_hidden, grad_weight if ctx.needs_input_grad[1] else None, None, None, None, None
 
 
 class Scorer(torch.nn.Module):

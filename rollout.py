@@ -45,7 +45,8 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
               gpu_memory_utilization=gpu_memory_utilization,
               hf_overrides={"head_dtype": "float32"} if fp32_head else None,  # MiniMax-M1: FP32 head in the sampler too
               logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer scores them
-              enable_prefix_caching=True,
+              enable_prefix_caching=True,  # the G samples of a prompt share its KV cache blocks (full blocks only) ...
+              block_size=None if torch.cuda.is_available() else 32,  # ... and on CPU the default block is 128 tokens
               distributed_executor_backend="external_launcher" if distributed else None,
               enable_sleep_mode=sleep_mode)
     return {"kind": "vllm", "llm": llm, "sleep_mode": sleep_mode}

@@ -51,11 +51,13 @@ def loss_and_grads(model, fn, **kw):
     return logp.detach(), entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("chunk_elements", [96 * 2, 96 * 100])   # 2 tokens per chunk (5 chunks), or 1 chunk
-def test_chunked_head_equals_naive_path_with_gradients(chunk_elements):
+# 2 tokens per chunk (5 chunks) or 1 chunk; logits recomputed in backward (keep_elements=0) or kept
+@pytest.mark.parametrize("chunk_elements,keep_elements", [(96 * 2, 0), (96 * 100, 0), (96 * 2, 2**28)])
+def test_chunked_head_equals_naive_path_with_gradients(chunk_elements, keep_elements):
     model = tiny_model()
     logp0, ent0, grads0 = loss_and_grads(model, naive_logprobs)
-    logp1, ent1, grads1 = loss_and_grads(model, completion_logprobs, chunk_elements=chunk_elements)
+    logp1, ent1, grads1 = loss_and_grads(model, completion_logprobs, chunk_elements=chunk_elements,
+                                         keep_elements=keep_elements)
     # the model is float64, the head runs in fp32 in both paths' place: agreement to fp32 round-off (~1e-7 relative)
     close = lambda a, b: (a.to(b) - b).abs().max() <= 1e-6 * b.abs().max()
     assert close(logp1, logp0) and close(ent1, ent0)
@@ -65,15 +67,17 @@ def test_chunked_head_equals_naive_path_with_gradients(chunk_elements):
         assert close(grads1[name], g), name
 
 
-def test_head_backward_matches_finite_differences():
-    """HeadLogprobs' hand-written backward (onehot - p for log pi, -p (log p + H) for entropy) against gradcheck."""
+@pytest.mark.parametrize("keep", [False, True])
+def test_head_backward_matches_finite_differences(keep):
+    """HeadLogprobs' hand-written backward (onehot - p for log pi, -p (log p + H) for entropy) against gradcheck,
+    with the logits recomputed in backward or kept from forward."""
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(7, 5, dtype=torch.double, generator=g, requires_grad=True)
     weight = torch.randn(11, 5, dtype=torch.double, generator=g, requires_grad=True)
     targets = torch.randint(11, (7,), generator=g)
-    assert torch.autograd.gradcheck(lambda h, w: HeadLogprobs.apply(h, w, targets, 0.7, 3), (hidden, weight))
+    assert torch.autograd.gradcheck(lambda h, w: HeadLogprobs.apply(h, w, targets, 0.7, 3, keep), (hidden, weight))
     # only log pi used: the entropy's gradient is skipped, the result is the same as through autograd
-    logp, _ = HeadLogprobs.apply(hidden, weight, targets, 0.7, 3)
+    logp, _ = HeadLogprobs.apply(hidden, weight, targets, 0.7, 3, keep)
     (gh,) = torch.autograd.grad(logp.sum(), hidden)
     ref = torch.log_softmax(hidden @ weight.T / 0.7, -1).gather(1, targets[:, None]).sum()
     assert torch.allclose(gh, torch.autograd.grad(ref, hidden)[0], atol=1e-12)
@@ -123,9 +127,22 @@ def test_token_budget_micro_batches_change_nothing_but_work(tmp_path):
     packed by a budget of 400 tokens (a group's prompt runs once per micro-batch): the loss and gradient are the
     same sums, with fewer tokens through the body."""
     fixed = run_step(tmp_path / "fixed", "--micro_batch_size=4", "--max_tokens_per_micro=100000",
-                     "--gradient_checkpointing=True")
-    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=400")
+                     "--gradient_checkpointing=True", "--skip_zero_adv=False")
+    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=400", "--skip_zero_adv=False")
     assert fixed["reward"] == packed["reward"] and fixed["completion_len"] == packed["completion_len"]
     assert packed["loss"] == pytest.approx(fixed["loss"], rel=1e-5, abs=1e-7)
     assert packed["grad_norm"] == pytest.approx(fixed["grad_norm"], rel=1e-4)
     assert fixed["train_tokens"] - packed["train_tokens"] > 8 * 20, (fixed["train_tokens"], packed["train_tokens"])
+
+
+def test_skipping_zero_advantage_groups_changes_nothing_but_work(tmp_path):
+    """The same step with and without skip_zero_adv: groups whose 4 answers all scored the same (advantage 0)
+    contribute nothing to the loss or gradient of GRPO, so skipping their forward and backward leaves loss and
+    gradient norm as they were (the token denominators still count them), with fewer tokens through the body."""
+    full = run_step(tmp_path / "full", "--skip_zero_adv=False", "--max_new_tokens=24")
+    skip = run_step(tmp_path / "skip", "--max_new_tokens=24")
+    assert full["reward"] == skip["reward"] and full["trained_frac"] == 1.0
+    assert 0 < skip["trained_frac"] < 1, skip["trained_frac"]          # some groups skipped, some trained
+    assert skip["loss"] == pytest.approx(full["loss"], rel=1e-5, abs=1e-7) and skip["loss"] != 0
+    assert skip["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-4)
+    assert skip["train_tokens"] < full["train_tokens"]
