@@ -34,9 +34,8 @@ def test_two_ranks_make_the_single_process_update(tmp_path, loss_type):
     assert torch.allclose(result["split"], result["whole"], atol=1e-6)  # and the same thing on 2 ranks
 
 
-def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp_path):
-    """Rank 1 gets only prompts whose answer no completion can match (all groups all-wrong): both ranks
-    take the same rounds, skip the update together, and the run ends instead of hanging."""
+def rank_1_all_wrong(tmp_path):
+    """A data folder where rank 1 gets only prompts whose answer no completion can match (all groups all-wrong)."""
     rows = [json.loads(line) for line in open(os.path.join(ROOT, "data", "arithmetic", "train.jsonl"))][:40]
     order = list(range(len(rows)))
     random.Random(0).shuffle(order)                # train.py's order for seed=0
@@ -47,6 +46,13 @@ def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp
     data.mkdir()
     (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    return data
+
+
+def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp_path):
+    """Rank 1 sees only all-wrong groups: both ranks take the same rounds, skip the update together, and the
+    run ends instead of hanging."""
+    data = rank_1_all_wrong(tmp_path)
     out_dir = str(tmp_path / "run")
     torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}", "--rollout_engine=hf",
              "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8", "--eval_interval=0", "--max_iters=2",
@@ -56,6 +62,20 @@ def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp
     for r in steps:
         assert r["skipped"] == 1 and r["gen_rounds"] == 2   # same rounds on both ranks, no update, no hang
 
+
+def test_skip_zero_adv_when_one_rank_has_no_live_group(tmp_path):
+    """Without dynamic sampling, rank 1's groups all have advantage 0: skip_zero_adv leaves it one group (zero
+    gradient) so that its backward meets rank 0's in DDP's all-reduce; the steps finish, fewer rows trained."""
+    data = rank_1_all_wrong(tmp_path)
+    out_dir = str(tmp_path / "run")
+    torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}", "--rollout_engine=hf",
+             "--prompts_per_step=4", "--group_size=8", "--max_new_tokens=16", "--eval_interval=0", "--max_iters=2",
+             timeout=600)
+    steps = records(out_dir)
+    assert [r["step"] for r in steps] == [1, 2]
+    assert any(r["reward"] > 0 and r["grad_norm"] > 0 for r in steps)   # rank 0 had a live group: a real gradient
+    for r in steps:  # rank 1 trains 1 of its 2 groups: at most 3 of the 4 groups in all
+        assert "skipped" not in r and r["trained_frac"] < 1
 
 def test_torchrun_vllm_two_steps_checkpoint_and_resume(tmp_path):
     out_dir = str(tmp_path / "run")
