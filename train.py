@@ -595,7 +595,8 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     # --- log: sums over ranks, then means
     correct = batch['correct'] > 0
     totals = reduce_sum({**sums, 'seqs': B, 'reward': batch['rewards'].sum().item(), 'len': lengths.sum().item(),
-                         'trained': trained.sum().item(), 'head_tokens': sum(mb['completion_mask'].sum().item() for mb in mbs),
+                         'trained': trained.sum().item(), 'body_tokens': body_tokens,
+                         'head_tokens': sum(mb['completion_mask'].sum().item() for mb in mbs),
                          'truncated': batch['truncated'].float().sum().item(), 'n_correct': correct.sum().item(),
                          'len_correct': lengths[correct].sum().item(), 'len_wrong': lengths[~correct].sum().item(),
                          **{f'reward/{k}': v.sum().item() for k, v in reward_parts.items()}})
@@ -617,7 +618,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         'reward_errors': reduce_sum(reward_errors),
         'rollout_seconds': rollout_time, 'score_seconds': score_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
         'trained_frac': totals['trained'] / seqs,  # the rows that went through the update (skip_zero_adv)
-        'train_tokens': reduce_sum(body_tokens) * num_iterations,  # real tokens through the body (a shared prompt once), all passes
+        'train_tokens': totals['body_tokens'] * num_iterations,  # real tokens through the body (a shared prompt once), all passes
         'train_completion_tokens': totals['head_tokens'] * num_iterations,  # ... and through the LM head
         'tokens_per_second': num_tokens * num_iterations / max(train_time, 1e-9),
         'peak_memory_gib': (torch.cuda.max_memory_allocated() if device.startswith('cuda') else  # this rank's peak
