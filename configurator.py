@@ -5,9 +5,13 @@ file executes inside train.py's globals, where every default is already defined.
     python train.py config/cpu_demo.py --learning_rate=1e-5 --loss_type=dapo
 
 A bare argument is a Python config file executed over those globals; `--key=value` overrides one key,
-parsed with ast.literal_eval (a bare word stays a string). Either way the new value must have the
-default's type (an int is fine where a float is expected). A missing file, an unknown key or a wrong
-type prints one line that names it and exits with code 2.
+parsed with ast.literal_eval (a bare word stays a string). Only the names in train.py's
+`config_keys` are keys: imported tables (REWARDS, LOSS_TYPES, ...) are not config. A config file may
+also import modules and define helper names that start with '_'; any other name it assigns is an
+unknown key. Either way the new value must have the default's type (an int is fine where a float is
+expected); a key whose default is None takes its type from its annotation (`eps_high: float = None`)
+and may stay None. A missing file, an unknown key or a wrong type prints one line that names it and
+exits with code 2.
 """
 import sys
 import types
@@ -19,19 +23,26 @@ def _fail(msg):
     sys.exit(2)
 
 
-def _check_type(key, value, where):
+def _expected_type(key):
+    """The default's type; for a None default, the key's annotation in train.py, if any."""
     default = _defaults[key]
-    if default is None or value is None:
+    return _annotations.get(key) if default is None else type(default)
+
+
+def _check_type(key, value, where):
+    expected = _expected_type(key)
+    if expected is None or value is None:
         return value
-    ok = (type(value) is type(default)) if isinstance(default, bool) or isinstance(value, bool) \
-        else isinstance(value, (int, float)) if isinstance(default, float) else isinstance(value, type(default))
+    ok = (type(value) is expected) if expected is bool or isinstance(value, bool) \
+        else isinstance(value, (int, float)) if expected is float else isinstance(value, expected)
     if not ok:
-        _fail(f"{where}: {key}={value!r} is {type(value).__name__}, expected {type(default).__name__}")
-    return float(value) if isinstance(default, float) else value
+        _fail(f"{where}: {key}={value!r} is {type(value).__name__}, expected {expected.__name__}")
+    return float(value) if expected is float else value
 
 
-_defaults = {k: v for k, v in globals().items() if not k.startswith('_')
-             and isinstance(v, (int, float, bool, str, list, tuple, dict, type(None)))}
+# Only train.py's config keys, not every global: imported tables such as REWARDS are not config.
+_defaults = {k: globals()[k] for k in config_keys}
+_annotations = globals().get('__annotations__', {})  # `eps_high: float = None` types a None default
 for _arg in sys.argv[1:]:
     if not _arg.startswith('--'):  # a config file
         try:

@@ -4,11 +4,11 @@ The policy-gradient losses of GRPO and its 2025 descendants, in one flat file.
 Every variant below is "GRPO with one thing changed", and this file teaches exactly what that thing is:
   grpo        PPO's clipped surrogate, 1/|o_i| inside each answer, then mean over answers
   dr_grpo     Dr. GRPO: no 1/|o_i|, divide by the constant G * L_max instead (and no std: scale="none")
-  dapo        Clip-Higher (eps_high > eps_low) + token-level loss (every token of the batch weighs the same)
+  dapo        Clip-Higher (eps_high 0.28 > eps_low 0.2) + token-level loss (every token of the batch weighs the same)
   gspo        Qwen GSPO: one geometric-mean ratio s_i and one clip per answer, not per token
   gspo_token  GSPO-token: the same, but with per-token advantages allowed
   cispo       MiniMax-M1 CISPO: REINFORCE with a clipped, stop-gradient IS weight (no token loses its gradient)
-  sapo        Qwen SAPO: a smooth sigmoid gate instead of the hard clip
+  sapo        Qwen SAPO: a smooth sigmoid gate instead of the hard clip (per-answer mean, as grpo)
   clip_cov    Cui et al. 2025: detach a few random high-covariance tokens (they drive entropy collapse)
   kl_cov      Cui et al. 2025: put a |log pi - log pi_old| penalty on the top-covariance tokens
 And the baseline GRPO removed, for contrast: a learned critic with GAE advantages (per token, not per answer):
@@ -37,9 +37,9 @@ MAX_LOG_RATIO = 20.0  # overflow guard for exp(log pi - log pi_old), as in verl
 
 # how each variant turns per-token terms into one number (the KL penalty and entropy bonus follow the same rule)
 NORMALISATION = {
-    "grpo": "seq_mean", "gspo": "seq_mean", "gspo_token": "seq_mean",
+    "grpo": "seq_mean", "gspo": "seq_mean", "gspo_token": "seq_mean", "sapo": "seq_mean",
     "dr_grpo": "const_len",
-    "dapo": "token_mean", "cispo": "token_mean", "sapo": "token_mean", "clip_cov": "token_mean", "kl_cov": "token_mean",
+    "dapo": "token_mean", "cispo": "token_mean", "clip_cov": "token_mean", "kl_cov": "token_mean",
     "ppo": "token_mean", "vapo": "token_mean",
 }
 
@@ -51,60 +51,31 @@ def _check(name, value, valid):
 # -----------------------------------------------------------------------------
 # advantages: the group is the baseline (no critic)
 
-def group_advantages(rewards, group_size, scale="group", eps=1e-6):
-    """rewards (B,), consecutive blocks of group_size are answers to one prompt -> advantages (B,)."""
+def group_advantages(rewards, group_size, scale="group", eps=1e-6, reduce_sum=lambda x: x):
+    """rewards (B,), consecutive blocks of group_size are answers to one prompt -> advantages (B,).
+    reduce_sum sums a dict of numbers over ranks (train.py's): scale="batch" needs the std of every rank's
+    rewards, so that the result does not depend on the world size."""
     _check("scale", scale, ("group", "batch", "none"))
     if rewards.dim() != 1 or group_size < 1 or rewards.numel() % group_size != 0:
         raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}, "
                          f"got shape {tuple(rewards.shape)}")
-    r = rewards.float().view(-1, group_size)                 # (n_prompts, G)
+    r = rewards.float().view(-1, group_size)                # (n_prompts, G)
     centred = r - r.mean(dim=1, keepdim=True)                # r_i - mean(r) over the answers to the same prompt
+    # A group whose rewards are all equal has nothing to compare: A = 0 exactly. Decided by the rewards, not by
+    # round-off: mean(0.1, ..., 0.1) - 0.1 is ~1e-9, which / (std + eps) would be a uniform same-sign advantage.
+    centred = centred.masked_fill((r == r[:, :1]).all(dim=1, keepdim=True), 0.0)
     if scale == "none":
         # Dr. GRPO: A_i = r_i - mean(r); no division by std (it over-weights too-easy / too-hard prompts)
         return centred.view(-1)
     # GRPO (seed 003): A_i = (r_i - mean(r)) / std(r). Population std (correction=0, as the lesson's script),
     # and eps is added to the std so that a group with equal rewards gets A = 0 instead of 0/0.
-    # scale="batch": the mean is still per group, but the std is the whole batch's (one scale for all prompts).
-    std = r.std(dim=1, keepdim=True, correction=0) if scale == "group" else rewards.float().std(correction=0)
+    if scale == "group":
+        std = r.std(dim=1, keepdim=True, correction=0)
+    else:
+        # scale="batch": the mean is still per group, but the std is the whole batch's, over all ranks
+        sums = reduce_sum({"n": r.numel(), "s": r.sum().item(), "sq": (r ** 2).sum().item()})
+        std = max(sums["sq"] / sums["n"] - (sums["s"] / sums["n"]) ** 2, 0.0) ** 0.5
     return (centred / (std + eps)).view(-1)
-
-# -----------------------------------------------------------------------------
-# advantages with a critic (ppo, vapo): GAE over the completion tokens
-
-def gae(token_rewards, values, mask, lam, gamma=1.0):
-    """Generalized advantage estimation (seed 003, PPO). token_rewards, values, mask: (B, T), right-padded;
-    lam: a number or (B,) (VAPO's length-adaptive lambda). Returns (advantages, returns), (B, T), 0 on padding."""
-    B, T = values.shape
-    lam = torch.as_tensor(lam, dtype=values.dtype, device=values.device).expand(B)
-    advantages = torch.zeros_like(values)
-    next_value, next_adv = values.new_zeros(B), values.new_zeros(B)      # V and A after the last token: 0
-    for t in reversed(range(T)):
-        valid = mask[:, t] > 0
-        # GAE: delta_t = r_t + gamma V(s_t+1) - V(s_t),  A_t = delta_t + gamma lambda A_t+1
-        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
-        adv = delta + gamma * lam * next_adv
-        advantages[:, t] = torch.where(valid, adv, 0.0)
-        next_value, next_adv = torch.where(valid, values[:, t], next_value), torch.where(valid, adv, next_adv)
-    return advantages, advantages + values * mask   # the critic's target: R_t = A_t + V(s_t) (lambda-return)
-
-
-def length_adaptive_lambda(lengths, alpha=0.05):
-    """VAPO sec. 3.2 (length-adaptive GAE): lambda_policy = 1 - 1 / (alpha * |y|), so that the sum of the
-    TD weights, 1 / (1 - lambda), grows with the answer's length. Answers shorter than 1/alpha tokens would
-    get lambda < 0: clamped to 0 (pure TD(0))."""
-    return (1 - 1 / (alpha * lengths.clamp(min=1))).clamp(min=0.0)
-
-
-def value_loss(values, old_values, returns, mask, vf_clip=0.5, num_tokens=None):
-    """PPO's clipped value loss (seed 003): 0.5 max((V - R)^2, (V_clip - R)^2), V_clip = V_old +
-    clip(V - V_old, -vf_clip, vf_clip), token-level mean (num_tokens: the step's global count). (B, T) in;
-    returns (loss, stats): the clipped fraction is where the clipped branch is the larger."""
-    v_clip = old_values + (values - old_values).clamp(-vf_clip, vf_clip)
-    unclipped, clipped = (values - returns) ** 2, (v_clip - returns) ** 2
-    loss = aggregate(0.5 * torch.maximum(unclipped, clipped), mask, "token_mean", num_tokens)
-    with torch.no_grad():
-        stats = {"loss": masked_mean(unclipped, mask).item() / 2, "clip_frac": masked_mean((clipped > unclipped).float(), mask).item()}
-    return loss, stats
 
 # -----------------------------------------------------------------------------
 # small helpers the trainer can reuse
@@ -168,7 +139,7 @@ def aggregate(per_token, mask, normalisation, num_tokens=None, num_seqs=None, ma
     if normalisation == "seq_mean":
         # GRPO's J_GRPO (seed 003): (1/G) sum_i (1/|o_i|) sum_t ... ; mean inside each answer, then over answers
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / num_seqs
-    # Dr. GRPO (seed 000): sum over tokens / the constant G * L_max, here num_seqs * max_new_tokens
+    # "const_len", Dr. GRPO (seed 000): sum over tokens / the constant G * L_max, here num_seqs * max_new_tokens
     return masked.sum() / (num_seqs * max_new_tokens)
 
 # -----------------------------------------------------------------------------
@@ -181,9 +152,9 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
                 ref_logp=None, beta=0.0, kl_estimator="k3", entropy=None, entropy_coef=0.0,
                 rollout_logp=None, tis_mode="none", tis_cap=2.0):
     """logp (with grad), old_logp, mask: (B, T); advantages: (B,) or (B, T). Returns (loss, stats): the loss is
-    -J for this micro-batch (minimise it), stats a dict of python floats. eps_low / eps_high default to 0.2 / 0.2,
-    or 3e-4 / 4e-4 for gspo and gspo_token. num_tokens / num_seqs: global counts for gradient accumulation
-    (see aggregate). ref_logp + beta: KL penalty; entropy + entropy_coef: entropy bonus; rollout_logp + tis_mode:
+    -J for this micro-batch (minimise it), stats a dict of python floats. eps_low / eps_high default to
+    0.2 / 0.2, 0.2 / 0.28 for dapo and vapo (Clip-Higher), 3e-4 / 4e-4 for gspo and gspo_token.
+    num_tokens / num_seqs: global counts for gradient accumulation (see aggregate). ref_logp + beta: KL penalty; entropy + entropy_coef: entropy bonus; rollout_logp + tis_mode:
     truncated importance sampling. All three are off by default."""
     _check("loss_type", loss_type, LOSS_TYPES)
     _check("tis_mode", tis_mode, TIS_MODES)
@@ -198,8 +169,8 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
         raise ValueError("logp, old_logp, mask must be (B, T) and advantages (B,) or (B, T)")
     gspo_like = loss_type in ("gspo", "gspo_token")
     eps_low = (3e-4 if gspo_like else 0.2) if eps_low is None else eps_low      # GSPO paper: 3e-4 / 4e-4
-    eps_high = (4e-4 if gspo_like else 0.28 if loss_type == "vapo" else 0.2) if eps_high is None else eps_high
-    # (VAPO sec. 3.3 takes DAPO's clip-higher: eps_high = 0.28; the dapo recipes set 0.28 in config)
+    # DAPO sec. 3.1 Clip-Higher: eps_high = 0.28 > eps_low = 0.2 (VAPO sec. 3.3 takes the same)
+    eps_high = (4e-4 if gspo_like else 0.28 if loss_type in ("dapo", "vapo") else 0.2) if eps_high is None else eps_high
     B, T = logp.shape
 
     # Padding must contribute neither value nor gradient, whatever garbage it holds. torch.where (not a multiply):
@@ -282,9 +253,9 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
         # SAPO (Qwen, Nov 2025): soft gate f(rho) A, f(rho) = sigmoid(tau (rho - 1)) * 4 / tau, with
         # tau = tau_pos for A > 0 and tau_neg for A < 0. f'(1) = 4 * 1/4 = 1: on-policy it is the plain policy
         # gradient; off-policy the gradient fades smoothly instead of being cut. No hard clip: clip_frac = 0.
-        # Normalisation: token-level (num_tokens). TRL normalises sapo like its grpo (per-answer mean); we
-        # pick the DAPO token mean so the gate is the only difference from dapo.
-        tau = torch.where(adv > 0, tau_pos, tau_neg)
+        # Normalisation as in the SAPO paper, TRL and verl: the mean inside each answer, then over answers
+        # (GRPO's seq_mean), so the gate is the only difference from grpo.
+        tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), tau_neg)  # (B, T), in adv's dtype
         obj = torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
     else:  # kl_cov
         # KL-Cov (Cui et al. 2025): the top kl_cov_ratio fraction of valid tokens by cov (at least one) get

@@ -22,9 +22,10 @@ from fractions import Fraction
 from itertools import accumulate
 
 TAIL_CHARS = 2000
-INTEGER = re.compile(r"-?\d[\d,]*")  # 42, -7, 1,000
-# A number: 42, -7, 1,000 (commas only in groups of three, so the list "1,2,3" is three numbers), 72.0
-NUMBER = re.compile(r"-?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")
+# An integer: 42, -7, 1,000 (commas only in groups of three, so "4,2" and the list "1,2,3" are
+# several integers, not 42 and 123). [0-9], not \d: \d also matches unicode digits.
+INTEGER = re.compile(r"-?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)")
+NUMBER = re.compile(INTEGER.pattern + r"(?:\.[0-9]+)?")  # an integer or a decimal: 42, 1,000, 72.0
 MAX_NUMBER_CHARS = 40  # longer "numbers" are not answers (and int() refuses > 4300 digits anyway)
 
 
@@ -56,15 +57,16 @@ def _to_number(text):
 # arithmetic: 1.0 if the integer the model gave equals the answer, else 0.0
 
 def read_integer_answer(completion):
-    """The model's answer: the first integer after the last '=', or else the first integer.
+    """The model's answer: the one integer after the last '=' (in the whole reply if it has no '='),
+    or None when there is no integer there or several different ones.
 
-    The prompt asks for only the number, so the first integer is the answer when the model obeys.
-    Small models often echo the sum instead ("17 + 25 = 42"); reading after the last '=' accepts that
-    form. Taking the first number (not the last, not "any") means listing several candidates never
-    earns a reward."""
+    The prompt asks for only the number, so the reply holds one integer when the model obeys. Small
+    models often echo the sum instead ("17 + 25 = 42"); reading after the last '=' accepts that
+    form. A reply with two different integers there ("17 or 18", "1,7", "42.5") is not an answer,
+    so listing several candidates never earns a reward (repeating one, "42, so 42", is fine)."""
     tail = completion.rsplit("=", 1)[-1]
-    match = INTEGER.search(tail)
-    return _to_int(match.group()) if match else None
+    values = {_to_int(match.group()) for match in INTEGER.finditer(tail)}
+    return values.pop() if len(values) == 1 else None
 
 
 def arithmetic_reward(completion, answer):
@@ -182,7 +184,8 @@ def read_dapo_answer(completion):
     match = _last_match(ANSWER_LINE, _tail(completion))
     if match is None:
         return None
-    text = match.group(1).strip(" \t\r$*.")
+    # A trailing '.' ends the sentence; a leading one is part of the number (".5" is not 5).
+    text = match.group(1).rstrip(" \t\r$*.").lstrip(" \t\r$*")
     if text.startswith("\\boxed{") and text.endswith("}"):
         text = text[len("\\boxed{"):-1].strip()
     return _to_number(text)

@@ -26,8 +26,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from losses import (CRITIC_LOSS_TYPES, KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, gae, group_advantages,
-                    length_adaptive_lambda, policy_loss, value_loss)
+from critic import critic_advantages, critic_record, critic_update, vapo_nll
+from losses import CRITIC_LOSS_TYPES, KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, group_advantages, policy_loss
 from model import (Scorer, completion_logprobs, completion_values, load_critic, load_model, load_trainer_state,
                    read_checkpoint_meta, save_checkpoint)
 from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty, safe_score
@@ -70,8 +70,8 @@ vllm_sleep = True             # GPU only: vLLM frees its KV cache while the trai
 loss_type = 'grpo'            # one of losses.LOSS_TYPES
 adv_scale = 'group'           # 'group' | 'batch' | 'none' (Dr. GRPO): what the advantage is divided by
 num_iterations = 1            # mu: optimizer passes over each rollout batch (1 = strictly on-policy)
-eps_low = None                # clip range 1-eps_low .. 1+eps_high; None = the variant's default
-eps_high = None
+eps_low: float = None         # clip range 1-eps_low .. 1+eps_high; None = the variant's default
+eps_high: float = None
 tau_pos = 1.0                 # SAPO gate temperatures
 tau_neg = 1.05
 cispo_eps_high = 4.0          # CISPO: IS weight <= 1 + cispo_eps_high
@@ -89,7 +89,7 @@ tis_cap = 2.0
 critic_lr = 5e-5              # the critic's own AdamW learning rate
 vf_clip = 0.5                 # PPO clipped value loss: V may move at most this far from V_old per step
 gae_lambda = 0.95             # ppo: GAE lambda of the policy's advantages and of the critic's targets
-value_warmup_steps = None     # critic-only steps before the policy moves; None: 50 for vapo (VAPO sec. 3.1), 0 for ppo
+value_warmup_steps: int = None  # critic-only steps before the policy moves; None: 50 for vapo (VAPO 3.1), 0 for ppo
 lam_alpha = 0.05              # vapo: lambda_policy = 1 - 1/(alpha |y|) (VAPO sec. 3.2); its critic uses lambda = 1
 lm_coef = 0.1                 # vapo: weight mu of the NLL loss on correct answers (VAPO sec. 3.4)
 # optimization
@@ -142,6 +142,9 @@ if num_iterations < 1 or max_iters < 0 or prompts_per_step < 1 or micro_batch_si
     config_error("num_iterations, prompts_per_step, micro_batch_size, max_tokens_per_micro must be >= 1, max_iters >= 0")
 if value_warmup_steps is not None and (not isinstance(value_warmup_steps, int) or value_warmup_steps < 0):
     config_error(f"value_warmup_steps={value_warmup_steps!r} must be None or an int >= 0")
+if tis_mode != 'none' and rollout_engine != 'vllm':
+    config_error(f"tis_mode={tis_mode!r} corrects for the sampler's log-probs: it needs rollout_engine='vllm' "
+                 f"(the 'hf' engine samples with the trainer's own model, there is nothing to correct)")
 if old_logp_source == 'rollout' and (rollout_engine != 'vllm' or tis_mode != 'none'):
     config_error("old_logp_source='rollout' needs rollout_engine='vllm' (its log-probs) and tis_mode='none' "
                  "(the sampler is pi_old then: there is no mismatch left to correct)")
@@ -458,7 +461,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     batch['rewards'], reward_parts = shaped_rewards(batch, step)
     B, lengths = len(batch['completions']), batch['completion_mask'].sum(1)   # lengths before any masking
     # GRPO eq.: A_i = (r_i - mean(r_group)) / std(r_group), one advantage per completion
-    batch['advantages'] = group_advantages(batch['rewards'], group_size, scale=adv_scale)
+    batch['advantages'] = group_advantages(batch['rewards'], group_size, scale=adv_scale, reduce_sum=reduce_sum)
     if mask_truncated:  # DAPO overlong filtering: truncated answers get no loss and leave the token count
         batch['completion_mask'] = batch['completion_mask'] * ~batch['truncated'][:, None]
     mask = batch['completion_mask']                                            # (B, C)
@@ -492,28 +495,12 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
             for mb in mbs if net is not None else []:
                 out = fn(net, *score_args(mb))
                 mb[key] = out if key == 'old_values' else out[0]
-    if critic is not None:  # PPO / VAPO: per-token advantages from the critic (GAE), whitened over the whole batch
-        for mb in mbs:
-            m, rows_len = mb['completion_mask'], mb['completion_mask'].sum(1)
-            last = (rows_len.long() - 1).clamp(min=0)[:, None]
-            token_rewards = torch.zeros_like(m).scatter(1, last, mb['rewards'][:, None]) * m  # the outcome on the last token
-            if beta > 0:  # PPO's KL reward: -beta log(pi_old / pi_ref) on every token (instead of a KL loss)
-                token_rewards = token_rewards - beta * (mb['old_logp'] - mb['ref_logp']) * m
-            # VAPO sec. 3.2, decoupled GAE: the critic's targets with lambda = 1 (Monte-Carlo: unbiased), the
-            # policy's advantages with the length-adaptive lambda; ppo uses gae_lambda for both
-            lam_policy = gae_lambda if loss_type == 'ppo' else length_adaptive_lambda(rows_len, lam_alpha)
-            mb['advantages'] = gae(token_rewards, mb['old_values'], m, lam_policy)[0]
-            mb['returns'] = gae(token_rewards, mb['old_values'], m, gae_lambda if loss_type == 'ppo' else 1.0)[1]
-        adv_sums = reduce_sum({'n': num_tokens, 's': sum(mb['advantages'].sum().item() for mb in mbs),
-                               'sq': sum((mb['advantages'] ** 2).sum().item() for mb in mbs)})
-        adv_mean = adv_sums['s'] / adv_sums['n']
-        adv_std = max(adv_sums['sq'] / adv_sums['n'] - adv_mean ** 2, 0.0) ** 0.5
-        for mb in mbs:  # PPO: advantages whitened over the batch's tokens (zero mean, unit variance)
-            mb['advantages'] = (mb['advantages'] - adv_mean) / (adv_std + 1e-8) * mb['completion_mask']
+    if critic is not None:  # PPO / VAPO: per-token advantages from the critic (GAE), whitened (critic.py)
+        critic_advantages(mbs, loss_type, gae_lambda, lam_alpha, beta, reduce_sum)
     score_time, t0 = time.time() - t0, time.time()
 
     # --- num_iterations optimizer passes over the batch, micro-batched with gradient accumulation
-    sums, nonfinite = {}, False  # sums of this rank's token-level statistics
+    sums, nonfinite, updates_applied = {}, False, 0  # sums of this rank's token-level statistics
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0  # this pass's loss: the sum of its micro-batch losses (over ranks, below)
@@ -526,8 +513,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
                                           num_tokens=num_tokens, num_seqs=num_seqs, ref_logp=mb.get('ref_logp'),
                                           entropy=entropy, rollout_logp=mb.get('rollout_logp'), **loss_hp)
                 if loss_type == 'vapo' and lm_coef > 0:  # VAPO sec. 3.4: + mu * NLL of the correct answers' tokens
-                    positive = mb['completion_mask'] * (mb['correct'] > 0)[:, None]
-                    loss = loss - lm_coef * (logp * positive).sum() / max(global_counts['positive_tokens'], 1)
+                    loss = loss + lm_coef * vapo_nll(logp, mb, global_counts['positive_tokens'])
                 logp.retain_grad()
                 (loss * world_size).backward()  # DDP averages over ranks; our shares are meant to be summed
             step_loss += loss.item()
@@ -557,34 +543,20 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         if it == 0:
             first_loss = step_loss
         if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):  # the same on every rank after the reduce
-            nonfinite = True  # a non-finite loss or gradient would poison the weights: skip this update
-        elif critic is None or step >= value_warmup_steps:  # VAPO sec. 3.1: the policy waits while the critic warms up
+            nonfinite = True  # a non-finite loss or gradient would poison the weights: no more updates this step
+            break
+        if critic is None or step >= value_warmup_steps:  # VAPO sec. 3.1: the policy waits while the critic warms up
             optimizer.step()
+            updates_applied += 1
 
     if critic is not None:  # the critic: num_iterations passes of PPO's clipped value loss, with its own AdamW
-        for it in range(num_iterations):
-            critic_optimizer.zero_grad(set_to_none=True)
-            for i, mb in enumerate(mbs):
-                with critic_scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
-                    vloss, vstats = value_loss(critic_scorer(*score_args(mb)), mb['old_values'], mb['returns'],
-                                               mb['completion_mask'], vf_clip, num_tokens)
-                    (vloss * world_size).backward()
-                if it == 0:
-                    m, n = mb['completion_mask'], mb['completion_mask'].sum().item()
-                    error = (mb['returns'] - mb['old_values']) * m         # how far V_old was from its target
-                    first = torch.where(m[:, 0] > 0, mb['rewards'] - mb['old_values'][:, 0], 0.0)
-                    for k, v in {'value/loss': vstats['loss'] * n, 'value/clip_frac': vstats['clip_frac'] * n,
-                                 'ret': mb['returns'].sum().item(), 'ret_sq': (mb['returns'] ** 2).sum().item(),
-                                 'err': error.sum().item(), 'err_sq': (error ** 2).sum().item(),
-                                 'v0': mb['old_values'][:, 0].sum().item(), 'v0_sq_err': (first ** 2).sum().item()}.items():
-                        sums[k] = sums.get(k, 0.0) + v
-            critic_norm = torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip if grad_clip > 0 else float('inf')).item()
-            if math.isfinite(critic_norm):
-                critic_optimizer.step()
+        sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args, num_iterations, vf_clip,
+                                  num_tokens, grad_clip, world_size, ddp))
     train_time = time.time() - t0
     bad_steps = bad_steps + 1 if nonfinite else 0
     if nonfinite and master:
-        tqdm.write(f"step {step + 1}: non-finite loss or grad norm, optimizer step skipped ({bad_steps} in a row)")
+        tqdm.write(f"step {step + 1}: non-finite loss or grad norm, optimizer step skipped ({bad_steps} in a row; "
+                   f"{updates_applied} of {num_iterations} updates applied before it)")
 
     # --- sync the new weights into the sampler
     t0 = time.time()
@@ -615,6 +587,7 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
         'grad_norm': grad_norm,
         'lr': lr,
         'nonfinite_skipped': int(nonfinite),
+        'updates_applied': updates_applied,  # optimizer steps of the policy this step (of num_iterations)
         'reward_errors': reduce_sum(reward_errors),
         'rollout_seconds': rollout_time, 'score_seconds': score_time, 'train_seconds': train_time, 'sync_seconds': sync_time,
         'trained_frac': totals['trained'] / seqs,  # the rows that went through the update (skip_zero_adv)
@@ -632,13 +605,9 @@ for step in tqdm(range(start_step, max_iters + 1), initial=start_step, total=max
     if totals['n_short'] and totals['n_long']:
         record['token_weight_short_long'] = (totals['weight_short'] / totals['n_short']) / (totals['weight_long'] / totals['n_long'])
     if critic is not None:  # the critic as a baseline: explained variance of its targets, V(s_0) vs GRPO's group mean
-        var = lambda s, sq: sq / n_tokens - (s / n_tokens) ** 2
         group_mean = batch['rewards'].view(-1, group_size).mean(1).repeat_interleave(group_size)
-        record.update({'value/loss': totals['value/loss'] / n_tokens, 'value/clip_frac': totals['value/clip_frac'] / n_tokens,
-                       'value/explained_var': 1 - var(totals['err'], totals['err_sq']) / max(var(totals['ret'], totals['ret_sq']), 1e-12),
-                       'value/v0': totals['v0'] / seqs, 'value/baseline_mse': totals['v0_sq_err'] / seqs,
-                       'value/group_baseline_mse': reduce_sum(((batch['rewards'] - group_mean) ** 2).sum().item()) / seqs,
-                       'policy_frozen': int(step < value_warmup_steps)})
+        group_sq_err = reduce_sum(((batch['rewards'] - group_mean) ** 2).sum().item())
+        record.update(critic_record(totals, n_tokens, seqs, group_sq_err), policy_frozen=int(step < value_warmup_steps))
     log(record)
     if master:
         tqdm.write(f"step {step + 1}: reward {record['reward']:.3f} len {record['completion_len']:.1f} "

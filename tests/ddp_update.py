@@ -1,6 +1,11 @@
-"""Run under torchrun by tests/test_ddp.py: one optimizer step on fixed samples, split over the ranks the way
-train.py splits a step (global token/sequence counts all-reduced once, micro-batches under no_sync, the loss
-times world_size for DDP's averaging), versus the same step in one process on the whole batch."""
+"""Run under torchrun by tests/test_ddp.py: one step on fixed samples, split over the ranks the way train.py
+splits a step, versus the same step in one process on the whole batch. It calls the functions train.py calls:
+group_advantages (with reduce_sum: adv_scale='batch' needs every rank's rewards), and for ppo / vapo the
+critic's GAE and whitening over all ranks' tokens (critic.critic_advantages), the policy's loss with VAPO's NLL
+term, and the critic's update (critic.critic_update); global token / sequence counts are all-reduced once,
+micro-batches run under no_sync, and each loss is multiplied by world_size for DDP's averaging.
+
+    torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH"""
 import contextlib
 import os
 import sys
@@ -8,61 +13,92 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from losses import group_advantages, policy_loss  # noqa: E402
-from model import Scorer  # noqa: E402
+from critic import critic_advantages, critic_update, vapo_nll  # noqa: E402
+from losses import CRITIC_LOSS_TYPES, group_advantages, policy_loss  # noqa: E402
+from model import Scorer, completion_values  # noqa: E402
 
-loss_type, out_path = sys.argv[1], sys.argv[2]
+loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
+CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, num_labels=1)
 
 
-def tiny_model():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg)
+def tiny(cls, seed):
+    torch.manual_seed(seed)
+    return cls(CFG)
 
 
 # fixed samples: 8 completions (2 groups of 4) of different lengths, prompts of 5 tokens
 g = torch.Generator().manual_seed(1)
 B, P, C, G = 8, 5, 7, 4
-prompt_ids = torch.randint(1, 64, (B, P), generator=g)
-prompt_mask = torch.ones(B, P, dtype=torch.long)
-completion_ids = torch.randint(1, 64, (B, C), generator=g)
-lengths = torch.tensor([7, 2, 5, 3, 6, 1, 4, 7])
-completion_mask = (torch.arange(C)[None] < lengths[:, None]).float()
-rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0])
-advantages = group_advantages(rewards, G)
+batch = {'prompt_ids': torch.randint(1, 64, (B, P), generator=g), 'prompt_mask': torch.ones(B, P, dtype=torch.long),
+         'completion_ids': torch.randint(1, 64, (B, C), generator=g),
+         'completion_mask': (torch.arange(C)[None] < torch.tensor([7, 2, 5, 3, 6, 1, 4, 7])[:, None]).float(),
+         'rewards': torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.3, 1.0, 0.7])}
+batch['correct'] = (batch['rewards'] > 0.5).float()
+
+
+def args_of(mb):
+    return mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'], mb['completion_mask'], 1.0, None
 
 
 def one_step(rows, ddp, micro=2):
-    model = tiny_model()
+    def reduce_sum(x):  # train.py's: a dict of numbers summed over ranks
+        if not ddp:
+            return x
+        t = torch.tensor([float(x[k]) for k in sorted(x)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return dict(zip(sorted(x), t.tolist()))
+
+    model = tiny(LlamaForCausalLM, 0)
     scorer = DDP(Scorer(model)) if ddp else Scorer(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # the update is the gradient itself
-    counts = torch.tensor([completion_mask[rows].sum(), float(len(rows))], dtype=torch.float64)
-    if ddp:
-        dist.all_reduce(counts)
-    num_tokens, num_seqs = counts.tolist()
-    chunks = [rows[i:i + micro] for i in range(0, len(rows), micro)]
-    for i, mb in enumerate(chunks):
-        sync = (not ddp) or i == len(chunks) - 1
-        with contextlib.nullcontext() if sync else scorer.no_sync():
-            logp, _ = scorer(prompt_ids[mb], prompt_mask[mb], completion_ids[mb], completion_mask[mb], 1.0, None)
-            loss, _ = policy_loss(loss_type, logp, logp.detach(), advantages[mb], completion_mask[mb],
-                                  num_tokens=num_tokens, num_seqs=num_seqs, max_new_tokens=C)
+    mine = {k: v[rows] for k, v in batch.items()}
+    mine['advantages'] = group_advantages(mine['rewards'], G, scale=adv_scale, reduce_sum=reduce_sum)
+    counts = reduce_sum({'tokens': mine['completion_mask'].sum().item(), 'seqs': len(rows),
+                         'positive': (mine['completion_mask'] * mine['correct'][:, None]).sum().item()})
+    mbs = [{k: v[i:i + micro] for k, v in mine.items()} for i in range(0, len(rows), micro)]
+    critic = None
+    if loss_type in CRITIC_LOSS_TYPES:
+        critic = tiny(LlamaForTokenClassification, 1)
+        critic_scorer = DDP(Scorer(critic, completion_values)) if ddp else Scorer(critic, completion_values)
+        critic_optimizer = torch.optim.SGD(critic.parameters(), lr=1.0)
+        with torch.no_grad():
+            for mb in mbs:
+                mb['old_values'] = completion_values(critic, *args_of(mb))
+        critic_advantages(mbs, loss_type, 0.95, 0.5, reduce_sum=reduce_sum)   # alpha 0.5: lambda > 0 here
+    for i, mb in enumerate(mbs):
+        with scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
+            logp, _ = scorer(*args_of(mb))
+            loss, _ = policy_loss(loss_type, logp, logp.detach(), mb['advantages'], mb['completion_mask'],
+                                  num_tokens=counts['tokens'], num_seqs=counts['seqs'], max_new_tokens=C)
+            if loss_type == 'vapo':
+                loss = loss + 0.1 * vapo_nll(logp, mb, counts['positive'])
             (loss * (world if ddp else 1)).backward()
     optimizer.step()
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
+    params = [torch.cat([p.detach().flatten() for p in model.parameters()])]
+    if critic is not None:
+        critic_update(critic_scorer, critic_optimizer, mbs, args_of, 1, 0.5, counts['tokens'], 0.0,
+                      world if ddp else 1, ddp)
+        params.append(torch.cat([p.detach().flatten() for p in critic.parameters()]))
+    return torch.cat(params)
 
 
-shard = list(range(rank * B // world, (rank + 1) * B // world))  # rank r: half the batch (both its groups' rows)
+def start():
+    params = [torch.cat([p.detach().flatten() for p in tiny(LlamaForCausalLM, 0).parameters()])]
+    if loss_type in CRITIC_LOSS_TYPES:
+        params.append(torch.cat([p.detach().flatten() for p in tiny(LlamaForTokenClassification, 1).parameters()]))
+    return torch.cat(params)
+
+
+# rank r: a contiguous share of the batch (whole groups, as train.py's sharding of prompts gives it)
+shard = list(range(rank * B // world, (rank + 1) * B // world))
 split = one_step(shard, ddp=True)
 if rank == 0:
-    whole = one_step(list(range(B)), ddp=False)
-    torch.save({"split": split, "whole": whole,
-                "start": torch.cat([p.detach().flatten() for p in tiny_model().parameters()])}, out_path)
+    torch.save({"split": split, "whole": one_step(list(range(B)), ddp=False), "start": start()}, out_path)
 dist.barrier()
 dist.destroy_process_group()

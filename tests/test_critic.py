@@ -10,7 +10,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import ROOT
-from losses import gae, length_adaptive_lambda, value_loss
+from critic import gae, length_adaptive_lambda, value_loss
 from model import completion_values, load_critic, save_critic
 
 # one answer of 3 tokens, outcome reward 1 on the last token; V = 0.5, 0.6, 0.8 before each token

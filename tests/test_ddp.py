@@ -24,10 +24,13 @@ def records(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
-def test_two_ranks_make_the_single_process_update(tmp_path, loss_type):
+@pytest.mark.parametrize("loss_type, adv_scale", [("dapo", "group"), ("grpo", "batch"), ("dr_grpo", "none"),
+                                                  ("ppo", "group"), ("vapo", "group")])
+def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale):
+    """ppo / vapo: the critic's advantages (whitened over both ranks' tokens) and its update included; grpo with
+    adv_scale='batch': the std is over both ranks' rewards."""
     out = str(tmp_path / "update.pt")
-    torchrun("tests/ddp_update.py", loss_type, out, timeout=300)
+    torchrun("tests/ddp_update.py", loss_type, adv_scale, out, timeout=300)
     result = torch.load(out)
     moved = (result["whole"] - result["start"]).abs().max()
     assert moved > 1e-4                                                  # the step did something

@@ -199,10 +199,49 @@ def test_grad_sapo():
     def df(rho, tau):                          # d/dlogp of sigmoid(tau (rho - 1)) * 4/tau = 4 sig (1 - sig) * rho
         sig = 1 / (1 + math.exp(-tau * (rho - 1)))
         return 4 * sig * (1 - sig) * rho
-    # tau_pos = 1 for A > 0, tau_neg = 1.05 for A < 0; token-level / 5
-    close(g, [[df(1.25, 1.0) / 5, df(0.7, 1.0) / 5, df(7.0, 1.0) / 5, 0],
-              [-df(1.1, 1.05) / 5, -df(0.5, 1.05) / 5, 0, 0]])
+    # tau_pos = 1 for A > 0, tau_neg = 1.05 for A < 0; the mean inside each answer, then over the B = 2
+    # answers (as the SAPO paper, TRL and verl): / (|o_i| * B) = / 6 and / 4
+    close(g, [[df(1.25, 1.0) / 6, df(0.7, 1.0) / 6, df(7.0, 1.0) / 6, 0],
+              [-df(1.1, 1.05) / 4, -df(0.5, 1.05) / 4, 0, 0]])
     assert st["zero_grad_frac"] == 0.0 and st["clip_frac"] == 0.0
+
+
+def trl_sapo_loss(logp, old_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
+    """TRL 0.2x GRPOTrainer._compute_loss for loss_type='sapo', written out from its source: the gate
+    sigmoid(tau (rho - 1)) * 4 / tau per token, times -A, then ((loss * mask).sum(-1) / mask.sum(-1)).mean()."""
+    rho = torch.exp(logp - old_logp)
+    adv = advantages[:, None].expand_as(rho)
+    tau = torch.where(adv > 0, torch.full_like(rho, tau_pos), torch.full_like(rho, tau_neg))
+    per_token = -(torch.sigmoid(tau * (rho - 1)) * 4 / tau) * adv
+    return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sapo_matches_trls_loss_and_gradient(seed):
+    """Random off-policy batches of answers of different lengths: our sapo's loss and gradient are TRL's."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = 6, 9
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    mask = (torch.arange(T)[None] < lengths[:, None]).to(D)
+    old = -torch.rand(B, T, generator=g, dtype=D) * 3
+    logp = (old + torch.randn(B, T, generator=g, dtype=D) * 0.5).requires_grad_(True)
+    adv = torch.randn(B, generator=g, dtype=D)
+    ours, _ = policy_loss("sapo", logp, old, adv, mask)
+    (g_ours,) = torch.autograd.grad(ours, logp)
+    theirs = trl_sapo_loss(logp, old, adv, mask)
+    (g_theirs,) = torch.autograd.grad(theirs, logp)
+    close(ours, theirs)
+    close(g_ours, g_theirs * mask)      # TRL's padding gradient is 0 too, mask only makes it explicit
+
+
+def test_dapo_defaults_to_clip_higher():
+    """loss_type='dapo' alone is Clip-Higher (eps_high 0.28), as the name and the README's table say: rho = 1.25
+    with A > 0 passes (grpo's 0.2 clips it)."""
+    logp, old, mask = make(RHO)
+    g_default, _ = grad_of("dapo", logp, old, ADV, mask)
+    g_028, _ = grad_of("dapo", logp, old, ADV, mask, eps_low=0.2, eps_high=0.28)
+    close(g_default, g_028)
+    assert g_default[0, 0] > 0
 
 
 # -----------------------------------------------------------------------------
@@ -216,7 +255,7 @@ def test_on_policy_is_plain_policy_gradient():
     n, lens = mask.sum(), mask.sum(1, keepdim=True)
     expected = {  # dJ/dlogp = A * mask / normaliser
         "grpo": adv[:, None] * mask / (lens * B), "dapo": adv[:, None] * mask / n,
-        "sapo": adv[:, None] * mask / n, "cispo": adv[:, None] * mask / n,
+        "sapo": adv[:, None] * mask / (lens * B), "cispo": adv[:, None] * mask / n,
         "dr_grpo": adv[:, None] * mask / (B * 7), "gspo": adv[:, None] * mask / (lens * B),
         "gspo_token": adv[:, None] * mask / (lens * B)}
     for loss_type, exp in expected.items():
@@ -346,6 +385,36 @@ def test_group_advantages():
         group_advantages(torch.zeros(6), 4)
     with pytest.raises(ValueError, match="scale"):
         group_advantages(torch.zeros(4), 4, scale="global")
+
+
+@pytest.mark.parametrize("reward", [0.1, -0.9, 1.1, 0.3, 1e-7])
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_a_group_of_equal_rewards_gets_exactly_zero(reward, scale):
+    """A shared reward that is not exactly representable (0.1 = format_coef alone, -0.9, 1.1): mean - r is
+    round-off, and / (std + eps) used to turn it into a uniform same-sign advantage (-0.0074 for 0.1, G = 8)."""
+    for G in (8, 12, 16):
+        r = torch.cat([torch.full((G,), reward), torch.tensor([1.0, 0.0] * (G // 2))])  # + one live group
+        adv = group_advantages(r, G, scale=scale)
+        assert (adv[:G] == 0).all(), adv[:G]
+        assert (adv[G:] != 0).all()
+
+
+def test_batch_std_is_over_every_ranks_rewards():
+    """adv_scale='batch' under DDP: each rank's share, with reduce_sum summing over ranks (here a fake that
+    adds the other rank's sums), gives the advantages of the whole batch in one process."""
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 3.0, 2.0, 2.0, 5.0, 1.0, 1.0, 0.0, 1.0, 0.5, 0.0, 4.0, 2.0])
+    whole = group_advantages(r, 4, scale="batch")
+    shards = r[:8], r[8:]
+
+    def sums(x):
+        return {"n": x.numel(), "s": x.sum().item(), "sq": (x ** 2).sum().item()}
+
+    for mine, other in (shards, shards[::-1]):
+        fake_reduce = lambda d, o=sums(other): {k: v + o[k] for k, v in d.items()}  # noqa: E731
+        split = group_advantages(mine, 4, scale="batch", reduce_sum=fake_reduce)
+        close(split, whole[:8] if mine is shards[0] else whole[8:], 1e-6)
+        local = group_advantages(mine, 4, scale="batch")    # each rank's own std: not the same
+        assert (local - split).abs().max() > 1e-3
 
 
 # -----------------------------------------------------------------------------
@@ -503,20 +572,17 @@ def test_errors_name_the_bad_value():
                                "ppo", "vapo"}
 
 
-def test_readme_variant_table_points_at_the_right_lines():
-    """The README's table names the lines of losses.py that implement each variant: keep it honest."""
-    import os
+def test_readme_variant_table_names_functions_that_exist():
+    """The README's table names the functions that implement each variant (by name: line numbers rot); each
+    is a function of losses.py or critic.py, and a quoted branch name appears in that function."""
+    import inspect
     import re
+    import critic
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    source = open(os.path.join(root, "losses.py")).read().splitlines()
-    keyword = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO", "gspo": "GSPO", "gspo_token": "GSPO-token",
-               "cispo": "CISPO", "sapo": "SAPO", "clip_cov": "Clip-Cov", "kl_cov": "KL-Cov", "ppo": "PPO", "vapo": "VAPO"}
-    rows = re.findall(r"^\| `(\w+)` \|.*\| ([\d\-, ]+) \|$", open(os.path.join(root, "README.md")).read(), re.M)
+    rows = re.findall(r"^\| `(\w+)` \|.*\| (`\w+`[^|]*) \|$", open(os.path.join(root, "README.md")).read(), re.M)
     assert sorted(name for name, _ in rows) == sorted(losses.LOSS_TYPES)
-    for name, ranges in rows:
-        for i, span in enumerate(ranges.split(",")):
-            first, last = (int(x) for x in span.strip().split("-"))
-            text = "\n".join(source[first - 1:last])
-            assert first <= last <= len(source)
-            if i == 0:
-                assert keyword[name] in text, (name, span)
+    for name, where in rows:
+        for function, detail in re.findall(r"`(\w+)`( \([^)]*\))?", where):
+            fn = getattr(losses, function, None) or getattr(critic, function)
+            quoted = re.findall(r'"(\w+)"', detail)
+            assert all(f'"{q}"' in inspect.getsource(fn) for q in quoted), (name, function, quoted)

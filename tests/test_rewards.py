@@ -93,6 +93,52 @@ def test_arithmetic_reward(completion, expected):
     assert REWARDS["arithmetic"](completion, "42") == expected
 
 
+@pytest.mark.parametrize("completion, answer, expected", [
+    ("4,2", "42", 0.0), ("4,2", "4", 0.0), ("1,2,3", "123", 0.0), ("12,34", "1234", 0.0),
+    ("1,000", "1000", 1.0), ("-1,234,567", "-1234567", 1.0), ("42,", "42", 1.0),
+])
+def test_arithmetic_commas_only_group_thousands(completion, answer, expected):
+    assert REWARDS["arithmetic"](completion, answer) == expected
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("42", 42), ("17 + 25 = 42", 42), ("The answer is 42.", 42),  # the README's readable forms
+    ("17 or 18", None), ("17, 18 or 19", None), ("1,7", None), ("17 18", None), ("17\n18", None),
+    ("42.5", None), ("17 + 25 = 42 or 43", None), ("17", 17), ("-7", -7), ("42, so 42", 42),
+    ("", None), ("forty-two", None),
+])
+def test_read_integer_answer(completion, expected):
+    from rewards import read_integer_answer
+    assert read_integer_answer(completion) == expected
+
+
+@pytest.mark.parametrize("candidates", ["17 or 18", "17, 18 or 19", "1,7", "16 17 18", "18 or 17",
+                                        "17 + 1 = 17 or 18", "17-18", "17/18", "17 (or 18)"])
+def test_listing_several_candidates_never_earns_a_reward(candidates):
+    """README: "listing several candidates never earns a reward", whichever of them is right."""
+    for answer in ("17", "18", "1", "7", "19", "16"):
+        assert REWARDS["arithmetic"](candidates, answer) == 0.0
+
+
+def test_arithmetic_prepare_holds_out_unordered_pairs(tmp_path):
+    """a + b = b + a: a held-out pair is a training prompt in neither order. The script writes next to
+    itself, so a copy of it runs in tmp_path (with the default arguments)."""
+    import shutil
+    import subprocess
+    script = shutil.copy(os.path.join(REPO, "data", "arithmetic", "prepare.py"), tmp_path)
+    subprocess.run([sys.executable, script], check=True, capture_output=True, timeout=60)
+
+    def pairs(split):
+        with open(tmp_path / f"{split}.jsonl") as f:
+            return [(row["meta"]["a"], row["meta"]["b"]) for row in map(json.loads, f)]
+    test, train = pairs("test"), pairs("train")
+    assert len(test) == 100 and len(train) == 5000
+    assert all(1 <= x <= 20 for pair in test + train for x in pair)
+    held_out = {frozenset(pair) for pair in test}
+    assert len(held_out) == 100  # 100 distinct problems, even up to order
+    assert not held_out & {frozenset(pair) for pair in train}
+
+
 @pytest.mark.parametrize("completion, expected", [("42", 1.0), (" 42\n", 1.0), ("The answer is 42.", 0.0)])
 def test_arithmetic_format(completion, expected):
     assert FORMATS["arithmetic"](completion) == expected
@@ -341,7 +387,8 @@ def test_hub_prepare_without_datasets_fails_in_one_line(tmp_path):
 @pytest.mark.parametrize("completion, expected", [
     ("work\nAnswer: 34", 1.0), ("Answer: 34\n", 1.0), ("answer: 34", 1.0), ("ANSWER : 34", 1.0),
     ("Answer: $34$", 1.0), ("Answer: \\boxed{34}", 1.0), ("Answer: **34**", 1.0), ("Answer: 34.", 1.0),
-    ("Answer: 034", 1.0), ("Answer: 34.0", 1.0),
+    ("Answer: 034", 1.0), ("Answer: 34.0", 1.0), ("Answer: $34$.", 1.0), ("Answer: 34...", 1.0),
+    ("Answer: .34", 0.0), ("Answer: $.34$", 0.0), ("Answer: **.34**", 0.0),  # ".34" is not 34
     ("Answer: 35", 0.0), ("Answer: 34 or 35", 0.0), ("Answer: 34\nAnswer: 35", 0.0),  # the last one counts
     ("Answer: 35\nAnswer: 34", 1.0), ("Answer:", 0.0), ("The answer is 34.", 0.0), ("34", 0.0),
     ("Answer: 34" + " " * 5000, 1.0),                     # trailing whitespace is still the tail
@@ -350,6 +397,12 @@ def test_hub_prepare_without_datasets_fails_in_one_line(tmp_path):
 def test_dapo_math_reward(completion, expected):
     assert REWARDS["dapo_math"](completion, "34") == expected
     assert REWARDS["aime24"](completion, "34") == expected
+
+
+def test_dapo_math_leading_dot_is_part_of_the_number():
+    assert REWARDS["dapo_math"]("Answer: .5", "5") == 0.0
+    assert REWARDS["dapo_math"]("Answer: 0.5", "5") == 0.0
+    assert REWARDS["dapo_math"]("Answer: 5.", "5") == 1.0
 
 
 @pytest.mark.parametrize("completion, expected", [

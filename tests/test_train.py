@@ -110,7 +110,7 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path):
         "the last checkpoint holds the last good weights")
     steps = records(out_dir)
     assert [r["step"] for r in steps] == [1, 2] and all(r["nonfinite_skipped"] == 1 for r in steps)
-    assert "step 2: non-finite loss or grad norm, optimizer step skipped (2 in a row)" in result.stdout
+    assert "step 2: non-finite loss or grad norm, optimizer step skipped (2 in a row; 0 of 1 updates" in result.stdout
 
 
 def test_old_logp_from_the_sampler_skips_the_old_pass(tmp_path):
@@ -136,3 +136,18 @@ def test_token_weights_of_short_and_long_answers_in_a_real_step(tmp_path, loss_t
         assert ratio > 1.05, ratio
     else:
         assert ratio == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_non_finite_pass_ends_the_steps_updates_and_the_log_says_what_was_applied(tmp_path):
+    """num_iterations=2 at lr 1e30: the first pass is finite and its AdamW step applied (the weights jump to
+    ~1e30; dynamic sampling makes sure some group has a gradient), the second pass's loss overflows. The step
+    stops there, and the log says one update was applied."""
+    out_dir = str(tmp_path / "run")
+    result = subprocess.run([sys.executable, "train.py", *TINY, f"--out_dir={out_dir}", "--rollout_engine=hf",
+                             "--eval_interval=0", "--max_iters=1", "--num_iterations=2", "--learning_rate=1e30",
+                             "--dynamic_sampling=True", "--max_gen_batches=0", "--max_new_tokens=12"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (step,) = records(out_dir)
+    assert step["nonfinite_skipped"] == 1 and step["updates_applied"] == 1
+    assert "(1 in a row; 1 of 2 updates applied before it)" in result.stdout

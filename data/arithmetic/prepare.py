@@ -7,8 +7,9 @@ Every task in data/ writes rows of one general format, one JSON object per line:
 the task's verifier in rewards.py compares against (math answers are integers written as strings),
 `meta` is optional and free-form.
 
-The test split holds operand pairs that never appear in the train split, so held-out accuracy measures
-the skill, not recall of the training prompts.
+The test split holds operand pairs that never appear in the train split, in either order: a + b is
+b + a, so if {a, b} is held out, neither "a + b" nor "b + a" is a training prompt. Held-out accuracy
+then measures the skill, not recall of the training prompts (or of their mirror images).
 
     python data/arithmetic/prepare.py [--min_operand=1 --max_operand=20 --num_test=100 --seed=0]
 """
@@ -19,8 +20,8 @@ import sys
 
 min_operand = 1      # smallest operand
 max_operand = 20     # largest operand
-num_test = 100       # held-out problems (distinct pairs not seen in training)
-num_train = 5000     # training rows, sampled with replacement from the remaining pairs
+num_test = 100       # held-out problems: distinct unordered pairs, in training in neither order
+num_train = 5000     # training rows, sampled with replacement from the remaining ordered pairs
 seed = 0
 for arg in sys.argv[1:]:
     key, _, val = arg.lstrip('-').partition('=')
@@ -37,11 +38,15 @@ def row(a, b):
 
 
 rng = random.Random(seed)
-pairs = [(a, b) for a in range(min_operand, max_operand + 1) for b in range(min_operand, max_operand + 1)]
-if num_test >= len(pairs):
-    sys.exit(f"num_test={num_test} leaves no training pairs out of {len(pairs)}")
-rng.shuffle(pairs)
-test_pairs, train_pairs = pairs[:num_test], pairs[num_test:]
+operands = range(min_operand, max_operand + 1)
+# Hold out unordered pairs {a, b} (a <= b): a + b = b + a, so "b + a" in train gives "a + b" away.
+unordered = [(a, b) for a in operands for b in operands if a <= b]
+if num_test >= len(unordered):
+    sys.exit(f"num_test={num_test} leaves no training pairs of {len(unordered)} unordered pairs")
+rng.shuffle(unordered)
+held_out = set(unordered[:num_test])
+test_pairs = [(a, b) if rng.random() < 0.5 else (b, a) for a, b in unordered[:num_test]]
+train_pairs = [(a, b) for a in operands for b in operands if (min(a, b), max(a, b)) not in held_out]
 out_dir = os.path.dirname(os.path.abspath(__file__))
 for split, rows in [("test", [row(a, b) for a, b in test_pairs]),
                     ("train", [row(*rng.choice(train_pairs)) for _ in range(num_train)])]:

@@ -1,0 +1,82 @@
+"""Is a refactor the same run, number for number? Runs a few short trainings with train.py at two git
+revisions on this machine and compares every logged value except timings and memory.
+
+    python tests/same_run.py BEFORE_REV [AFTER_REV]     # AFTER_REV: the working tree if omitted
+
+Deterministic on one machine only (bf16 and fp32 kernels round differently per CPU), so both revisions run
+here, one after the other, on the same model, data and seeds. Each revision is checked out with
+`git worktree` into a temporary folder; the model and the data are the working tree's.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["config/cpu_demo.py", f"--init_from={ROOT}/models/smollm2/hf", f"--data_dir={ROOT}/data/arithmetic",
+        "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8", "--eval_interval=2", "--eval_problems=4",
+        "--eval_samples=2", "--max_iters=2", "--micro_batch_size=4"]
+RUNS = {  # name: overrides; together they pass every block of the step
+    "hf_grpo": ["--rollout_engine=hf"],
+    "vllm_grpo": ["--rollout_engine=vllm"],
+    "hf_dapo_two_passes": ["--rollout_engine=hf", "--loss_type=dapo", "--num_iterations=2", "--learning_rate=1e-5",
+                           "--entropy_coef=0.01", "--mask_truncated=True"],
+    "hf_dynamic_sampling": ["--rollout_engine=hf", "--loss_type=dapo", "--dynamic_sampling=True",
+                            "--max_gen_batches=3", "--overlong_buffer=2", "--format_coef=0.1"],
+    "hf_ppo_kl": ["--rollout_engine=hf", "--loss_type=ppo", "--beta=0.05", "--num_iterations=2",
+                  "--reward_wrong=-1.0"],
+    "hf_vapo_warmup": ["--rollout_engine=hf", "--loss_type=vapo", "--value_warmup_steps=1", "--reward_wrong=-1.0"],
+    "hf_gspo_beta": ["--rollout_engine=hf", "--loss_type=gspo", "--beta=0.05", "--num_iterations=2",
+                     "--learning_rate=1e-5"],
+}
+UNSTABLE = ("_seconds", "tokens_per_second", "peak_memory_gib", "eval/seconds")
+
+
+def run_all(tree, out_root):
+    logs = {}
+    for name, overrides in RUNS.items():
+        out_dir = os.path.join(out_root, name)
+        result = subprocess.run([sys.executable, "train.py", *TINY, *overrides, f"--out_dir={out_dir}"], cwd=tree,
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"{name} failed in {tree}:\n{result.stderr[-3000:]}")
+        logs[name] = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
+        print(f"{tree}: {name} done", flush=True)
+    return logs
+
+
+def checkout(rev, tmp):
+    path = os.path.join(tmp, rev.replace("/", "_"))
+    subprocess.run(["git", "worktree", "add", "--detach", path, rev], cwd=ROOT, check=True, capture_output=True)
+    return path
+
+
+def compare(before, after):
+    """Every record's keys and values equal, except the timings; returns the number of values compared."""
+    compared = 0
+    for name in RUNS:
+        a, b = before[name], after[name]
+        assert len(a) == len(b), f"{name}: {len(a)} records before, {len(b)} after"
+        for ra, rb in zip(a, b):
+            ka = {k for k in ra if not k.endswith(UNSTABLE)}
+            kb = {k for k in rb if not k.endswith(UNSTABLE)}
+            assert ka == kb, f"{name} step {ra.get('step')}: keys only before {ka - kb}, only after {kb - ka}"
+            for k in sorted(ka):
+                assert ra[k] == rb[k], f"{name} step {ra['step']}: {k} = {ra[k]!r} before, {rb[k]!r} after"
+                compared += 1
+    return compared
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = [checkout(rev, tmp) for rev in sys.argv[1:3]]
+        trees += [ROOT] if len(trees) == 1 else []
+        try:
+            logs = [run_all(tree, os.path.join(tmp, f"out{i}")) for i, tree in enumerate(trees)]
+            n = compare(*logs)
+            print(f"same run: {len(RUNS)} runs, {n} logged values equal (timings excluded)")
+        finally:
+            for tree in trees:
+                if tree != ROOT:
+                    subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT)
