@@ -3,7 +3,7 @@ Where an RL step's time goes, and how close each part runs to the hardware. Prin
 in it is measured by this run, on this machine (CUDA is detected and used the same way).
 
     python bench.py                  # everything (~15 min on 2 CPU cores)
-    python bench.py --only=score     # one section: peak | rollout | score | step
+    python bench.py --only=score     # one section: peak | rollout | score | step | floor
 
 Sections
   peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
@@ -14,6 +14,12 @@ Sections
            itself: rollout / scoring / update / sync seconds; "before" = the same code with fp32 compute,
            HF generate and the naive head. Update efficiency = model FLOPs / update time / bf16 peak, with
            model FLOPs = 6 * (body params * body tokens + head params * completion tokens), of the trained rows.
+  floor    the ratio's floor (issue #15): one AdamW step at a tiny learning rate with num_iterations=2, then the second
+           pass's mean |log pi - log pi_old| and clip fraction (eps 0.2), on 2 prompts x 4 answers (<= 16 tokens)
+           sampled once from models/smollm2/hf; for the bf16-exact model, the old conversion (fp32, 8.1 % of the
+           weights on bf16 rounding ties; rebuilt by models/smollm2/prepare.py --keep_ties into models/smollm2/hf_ties,
+           about a minute the first time), the same through model.round_ties, and the old one with an fp32 body.
+           Seconds a cell on a CPU with bf16 instructions; 2 minutes on one without (bf16 matmuls emulated: ~1 GFLOP/s).
 Each measurement runs in its own process, so one that runs out of memory is reported as such.
 """
 import json
@@ -118,6 +124,73 @@ def child_rollout():
     return out
 
 
+def floor_batch(model, tokenizer, prompts=2, samples=4, max_new_tokens=16, seed=0):
+    """`samples` answers to each of the first `prompts` training problems, drawn from model by HF generate at T = 1 in
+    fp32 (seeded), in the trainer's batch layout (rollout.make_batch)."""
+    from rollout import encode_prompts, generate
+    rows = [json.loads(line) for line in open('data/arithmetic/train.jsonl')][:prompts]
+    torch.manual_seed(seed)
+    return generate({'kind': 'hf'}, tokenizer, encode_prompts(tokenizer, [r['prompt'] for r in rows]), samples,
+                    max_new_tokens, 1.0, model=model, autocast_dtype=None)
+
+
+def ratio_floor(model, batch, lr, autocast_dtype=torch.bfloat16, eps=0.2):
+    """One update as train.py makes it with num_iterations=2 (pi_old from a no-grad pass; the grpo loss with
+    advantages +1 -1 +1 -1 ... in each group; grad clip 1.0; fused AdamW, betas (0.9, 0.99), no weight decay), then the
+    second pass's (mean |log ratio|, clip fraction), from policy_loss's statistics. Changes model's weights."""
+    from losses import policy_loss
+    from model import completion_logprobs
+    args = (batch['prompt_ids'], batch['prompt_mask'], batch['completion_ids'], batch['completion_mask'], 1.0,
+            autocast_dtype)
+    model.train()
+    with torch.no_grad():
+        old_logp = completion_logprobs(model, *args)[0]
+    advantages = torch.tensor([1.0, -1.0], device=old_logp.device).repeat(len(old_logp) // 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0, fused=True)
+    for it in range(2):
+        logp = completion_logprobs(model, *args)[0]
+        loss, stats = policy_loss('grpo', logp, old_logp, advantages, batch['completion_mask'], eps_low=eps, eps_high=eps)
+        if it == 0:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return stats['log_ratio_abs_mean'], stats['clip_frac']
+
+
+FLOOR_LRS = (1e-8, 1e-6, 1e-5)
+
+
+def child_floor():
+    from model import load_model
+    ties_dir = 'models/smollm2/hf_ties'
+    subprocess.run([sys.executable, 'models/smollm2/prepare.py', f'--keep_ties={ties_dir}'], check=True,
+                   stdout=subprocess.DEVNULL)
+    model, tokenizer = load_model(MODEL)
+    batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in floor_batch(model.to(device), tokenizer).items()}
+    setups = {'bf16 body, bf16-exact weights (models/smollm2/hf)': (MODEL, torch.bfloat16, None),
+              'bf16 body, old weights on ties': (ties_dir, torch.bfloat16, None),
+              'bf16 body, old weights, ties rounded at load': (ties_dir, torch.bfloat16, torch.bfloat16),
+              'fp32 body, old weights on ties': (ties_dir, None, None)}
+    out = {'tokens': batch['completion_mask'].sum().item()}
+    for name, (path, autocast_dtype, guard) in setups.items():
+        model = load_model(path, autocast_dtype=guard)[0].to(device)
+        start = {k: v.clone() for k, v in model.state_dict().items()}
+        out[name] = []
+        for lr in FLOOR_LRS:
+            model.load_state_dict(start)
+            out[name].append(ratio_floor(model, batch, lr, autocast_dtype))
+    return out
+
+
+def cpu_name():
+    """The CPU's model name and its bf16 instructions (bf16 on a CPU without them is emulated, and rounds differently)."""
+    info = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''
+    name = next((line.split(':', 1)[1].strip() for line in info.splitlines() if line.startswith('model name')), 'CPU')
+    bf16 = [f for f in ('avx512_bf16', 'amx_bf16') if f' {f}' in info]
+    return f"{name}, {os.cpu_count()} cores, bf16 instructions: {', '.join(bf16) or 'none'}"
+
+
 def child_train(*args):
     """train.py as a script in this process, with the naive head patched in when asked ('--naive_head')."""
     import runpy
@@ -157,7 +230,8 @@ if __name__ == '__main__':
     argv = sys.argv[1:]
     if argv and argv[0].startswith('--child='):
         name, args = argv[0].split('=', 1)[1], argv[1:]
-        result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout, 'train': child_train}[name](
+        result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout, 'train': child_train,
+                  'floor': child_floor}[name](
             *[int(a) if a.isdigit() else a for a in args])
         if result is not None:
             print(json.dumps(result))
@@ -165,7 +239,7 @@ if __name__ == '__main__':
     only = next((a.split('=', 1)[1] for a in argv if a.startswith('--only=')), None)
     want = lambda section: only in (None, section)
     torch.set_num_threads(torch.get_num_threads())
-    name = torch.cuda.get_device_name() if device == 'cuda' else f'CPU, {os.cpu_count()} cores'
+    name = torch.cuda.get_device_name() if device == 'cuda' else cpu_name()
     rows = [('device', name, '')]
 
     peak = run_child('peak') if want('peak') or want('step') else None
@@ -212,6 +286,13 @@ if __name__ == '__main__':
             rows.append(('step speed-up', f"{step_time(before) / step_time(after):.2f}x",
                          f"before / after; per sampled token: {step_time(before) / before['completion_len'] / (step_time(after) / after['completion_len']):.2f}x "
                          f"(mean answer {before['completion_len']:.1f} / {after['completion_len']:.1f} tokens)"))
+    if want('floor') and (r := run_child('floor')):
+        lrs = ', '.join(f'{lr:g}' for lr in FLOOR_LRS)
+        rows.append(('ratio floor (lr 1e-8)', 'mean abs log ratio / clip fraction',
+                     f"second pass of num_iterations=2 after one AdamW step; {r.pop('tokens'):.0f} tokens; at lr {lrs}:"))
+        for setup, cells in r.items():
+            rows.append((f'  {setup}', f'{cells[0][0]:.4f} / {100 * cells[0][1]:.1f}%',
+                         '; '.join(f'{a:.4f} / {100 * c:.1f}%' for a, c in cells)))
 
     width = max(len(r[0]) for r in rows)
     print(f"\n| {'what'.ljust(width)} | measured | notes |\n|{'-' * (width + 2)}|---|---|")

@@ -25,14 +25,71 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 # loading
 
 
-def load_model(path):
-    """An HF causal LM from a local folder or a hub id, with fp32 master weights, and its tokenizer."""
+def load_model(path, autocast_dtype=None):
+    """An HF causal LM from a local folder or a hub id, with fp32 master weights, and its tokenizer.
+    autocast_dtype: the dtype the body will run in (bf16 / fp16 autocast); weights on its rounding ties are
+    rounded once here when there are many (round_ties)."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False  # training rebuilds the prompt's KV cache itself (completion_hidden)
+    round_ties(model, autocast_dtype, name=path)
     return model, tokenizer
+
+
+# A fp32 master weight that sits exactly half-way between two neighbouring bf16 (fp16) values is a trap for a body run
+# under autocast. The forward rounds it to nearest-even, but the first optimizer update of ANY size pushes it off the
+# tie, and then it rounds the other way about half the time: a jump of one whole bf16 step (2**-8 to 2**-7 relative), all
+# of them in the direction of the update. A tiny step (lr 1e-8) then moves log-probs by tenths of a nat, and a PPO
+# ratio with num_iterations > 1 has a floor that no learning rate removes (issue #15). Weights trained in fp32 hold
+# ~2**-16 ties (random low bits); weights dequantized from a quantized file can hold millions (the Q4_1 GGUF of
+# models/smollm2: 8.1 %).
+MAX_TIE_FRAC = 0.01  # more ties than this fraction of the weights: round them (trained fp32: ~1.5e-5, Q4_1: 0.081)
+
+
+def rounding_ties(w, dtype):
+    """Bool mask of the entries of the fp32 tensor w that sit exactly half-way between two adjacent values of dtype
+    (bf16 or fp16), where rounding to nearest (what autocast does) breaks the tie to the even one.
+
+    bf16 is fp32 without its low 16 bits: a tie has those bits 0x8000 (subnormals included; not nan, inf, or the tie
+    above bf16's largest value, which rounds to inf). fp16 keeps 10 of fp32's 23 mantissa bits: in its normal range
+    [2**-14, 65504] a tie has the low 13 bits 0x1000; below 2**-14 its values are the multiples of 2**-24 (subnormals),
+    so a tie is an odd multiple of 2**-25; above 65504 a value rounds to 65504 or overflows, and is not counted. Bit
+    tests: 10x faster than rounding and comparing (a 134M-parameter model in about a second on 2 cores).
+    tests/test_precision.py checks them against that definition (w is a tie iff 2w - round(w) is a dtype value too)."""
+    bits = w.detach().view(torch.int32)
+    if dtype == torch.bfloat16:
+        return ((bits & 0xFFFF) == 0x8000) & ((bits & 0x7FFFFFFF) < 0x7F7F8000)   # below the tie that rounds to inf
+    a = w.detach().abs()
+    t = a * 2**25
+    return torch.where(a >= 2**-14, ((bits & 0x1FFF) == 0x1000) & (a <= 65504), (t == t.floor()) & (t % 2 == 1))
+
+
+@torch.no_grad()
+def round_ties(model, dtype, max_frac=MAX_TIE_FRAC, name='model', chunk=2**22):
+    """Count the fp32 weights on dtype's rounding ties (dtype bf16 or fp16, the autocast dtype of the body; None or fp32:
+    nothing to do); above max_frac of all, move each of them to the value autocast rounds it to, and print one line.
+    Returns the count.
+
+    Fix, not refuse: on the tied entries this is what the bf16/fp16 forward already computes (the linear layers see the
+    same weights before and after); only the layers autocast leaves in fp32, the embedding lookup (and with tied
+    embeddings the fp32 LM head) and the RMSNorm scales, see a change of half a bf16 (fp16) step on those entries: below
+    the model's quantization error, while the jump it prevents is a full step in the direction of the update. Weights off
+    the ties are left bit for bit."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return 0
+    params = [p for p in model.parameters() if p.dtype == torch.float32]   # tied weights appear once
+    ties = lambda p: [rounding_ties(c, dtype) for c in p.view(-1).split(chunk)]   # scratch memory: a chunk at a time
+    count = sum(int(t.sum()) for p in params for t in ties(p))
+    total = sum(p.numel() for p in params)
+    if count > max_frac * total:
+        for p in params:
+            for c, t in zip(p.view(-1).split(chunk), ties(p)):
+                c.copy_(torch.where(t, c.to(dtype).float(), c))
+        print(f"{name}: {count:,} of {total:,} weights ({count / total:.1%}) sat exactly on a {str(dtype)[6:]} rounding "
+              f"tie; rounded them to nearest-even (a first update of any size would flip half of them a whole step)")
+    return count
 
 
 # -----------------------------------------------------------------------------
@@ -180,7 +237,11 @@ def save_critic(path, critic):
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
 
 def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None):
-    """Write to ckpt_dir + '.tmp' and rename into place: a crash mid-write keeps the previous one."""
+    """Write to ckpt_dir + '.tmp', then swap it in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop
+    ckpt.old. A checkpoint is complete once it has meta.json, written last and atomically. A crash
+    at any point leaves a complete checkpoint in ckpt, or (between the two renames) none there but
+    the new one in ckpt.tmp and the previous one in ckpt.old: read_checkpoint_meta then finishes
+    the swap."""
     tmp, old = ckpt_dir + ".tmp", ckpt_dir + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -189,7 +250,10 @@ def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None):
         save_critic(os.path.join(tmp, "critic"), critic)
     torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
     meta = {k: trainer_state[k] for k in ("step", "model_source", "config", "world") if k in trainer_state}
-    json.dump(meta, open(os.path.join(tmp, "meta.json"), "w"), indent=1, default=str)  # readable without torch
+    with open(os.path.join(tmp, "meta.json.part"), "w") as f:
+        json.dump(meta, f, indent=1, default=str)  # readable without torch
+    # a rename, so that meta.json is either absent or whole: its presence marks tmp as complete
+    os.replace(os.path.join(tmp, "meta.json.part"), os.path.join(tmp, "meta.json"))
     if os.path.exists(ckpt_dir):
         shutil.rmtree(old, ignore_errors=True)
         os.replace(ckpt_dir, old)
@@ -197,8 +261,30 @@ def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None):
     shutil.rmtree(old, ignore_errors=True)
 
 
+def is_complete_checkpoint(path):
+    return os.path.exists(os.path.join(path, "meta.json"))  # written last by save_checkpoint
+
+
+def recover_checkpoint(ckpt_dir):
+    """No ckpt_dir but a complete ckpt.tmp or ckpt.old: save_checkpoint crashed between its
+    renames. Finish the swap: ckpt.tmp is the newer checkpoint (complete before the renames began),
+    so it wins; ckpt.old is the fallback when no complete ckpt.tmp exists. Under DDP every rank may
+    get here at once: a rename another rank made first fails, and the loop finds ckpt_dir in place."""
+    for candidate in (ckpt_dir + ".tmp", ckpt_dir + ".old"):
+        if os.path.exists(ckpt_dir):
+            return
+        if is_complete_checkpoint(candidate):
+            try:
+                os.replace(candidate, ckpt_dir)
+                print(f"{ckpt_dir}: restored from {candidate} (a checkpoint write was interrupted)")
+            except OSError:
+                pass  # another rank renamed first
+
+
 def read_checkpoint_meta(ckpt_dir):
-    """step, model_source and config of the checkpoint in ckpt_dir, or None if there is none."""
+    """step, model_source and config of the checkpoint in ckpt_dir, or None if there is none. Called
+    first by train.py: it recovers a checkpoint whose write was interrupted (recover_checkpoint)."""
+    recover_checkpoint(ckpt_dir)
     path = os.path.join(ckpt_dir, "meta.json")
     return json.load(open(path)) if os.path.exists(path) else None
 

@@ -7,7 +7,8 @@ Both engines return the same batch, a dict of tensors in one layout (model.py re
     completion_ids   (B, C)  long   completions right-padded to the longest one
     completion_mask  (B, C)  float  1 on real completion tokens, the closing EOS included
     rollout_logp     (B, C)  float  the sampler's log-prob of each token (vLLM), or None (HF)
-    truncated        (B,)    bool   True when the completion hit max_new_tokens without an EOS
+    truncated        (B,)    bool   True when the completion hit max_new_tokens without an EOS (any
+                                   EOS id of the model: see stop_token_ids)
     completions      list of B strings, the decoded completions
 The G samples of one prompt are consecutive rows: rows g*G .. g*G+G-1 form group g.
 
@@ -76,27 +77,43 @@ def sync_weights(engine, model):
 def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature,
              model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16):
     """Sample group_size completions for each prompt; return the batch described at the top."""
-    eos = tokenizer.eos_token_id
     if engine["kind"] == "vllm":
         from vllm import SamplingParams
         params = SamplingParams(n=group_size, temperature=temperature, top_p=top_p, top_k=top_k or -1,
                                 max_tokens=max_new_tokens, logprobs=0, seed=None)
-        outputs = engine["llm"].generate([{"prompt_token_ids": ids} for ids in prompt_token_ids], params, use_tqdm=False)
-        completions, logps = [], []
+        requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids]
+        outputs = engine["llm"].generate(requests, params, use_tqdm=False)
+        completions, logps, truncated = [], [], []
         for out in outputs:
             for sample in out.outputs:
                 completions.append(list(sample.token_ids))
                 logps.append([lp[tok].logprob for lp, tok in zip(sample.logprobs, sample.token_ids)])
+                # vLLM's own verdict: it stopped on max_tokens, not on one of its stop ids
+                truncated.append(sample.finish_reason == "length")
     else:
-        completions, logps = _hf_generate(model, tokenizer, prompt_token_ids, group_size, max_new_tokens,
-                                          temperature, top_p, top_k, autocast_dtype), None
+        completions, truncated = _hf_generate(model, tokenizer, prompt_token_ids, group_size,
+                                              max_new_tokens, temperature, top_p, top_k,
+                                              autocast_dtype)
+        logps = None
     prompts = [ids for ids in prompt_token_ids for _ in range(group_size)]
-    return make_batch(tokenizer, prompts, completions, logps, max_new_tokens, eos)
+    return make_batch(tokenizer, prompts, completions, logps, truncated)
+
+
+def stop_token_ids(tokenizer, generation_config=None):
+    """The ids that end a completion: the tokenizer's EOS and every EOS of the model's
+    generation_config (an int or a list; Qwen2.5-Instruct lists <|im_end|> and <|endoftext|>).
+    vLLM stops on exactly this set; HF generate is given it, so both engines stop alike."""
+    eos = getattr(generation_config, "eos_token_id", None)
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return sorted({tokenizer.eos_token_id, *eos})
 
 
 @torch.no_grad()
-def _hf_generate(model, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature, top_p, top_k, autocast_dtype):
+def _hf_generate(model, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature, top_p,
+                 top_k, autocast_dtype):
+    """HF generate on the trainer's model -> (completions, truncated), as vLLM would cut them."""
     device = next(model.parameters()).device
+    stops = stop_token_ids(tokenizer, model.generation_config)
     prompts = [ids for ids in prompt_token_ids for _ in range(group_size)]
     prompt_ids, prompt_mask = left_pad(prompts, tokenizer.pad_token_id)
     was_training = model.training
@@ -106,15 +123,19 @@ def _hf_generate(model, tokenizer, prompt_token_ids, group_size, max_new_tokens,
         out = model.generate(input_ids=prompt_ids.to(device), attention_mask=prompt_mask.to(device),
                              do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
                              max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
+                             eos_token_id=stops)
     model.config.use_cache = False
     model.train(was_training)
-    completions = []
-    for row in out[:, prompt_ids.shape[1]:].tolist():
-        if tokenizer.eos_token_id in row:  # keep the EOS, drop what HF pads after it
-            row = row[:row.index(tokenizer.eos_token_id) + 1]
-        completions.append(row)
-    return completions
+    completions = [cut_at_stop(row, stops) for row in out[:, prompt_ids.shape[1]:].tolist()]
+    # cut at the limit without a stop id: what vLLM reports as finish_reason "length"
+    truncated = [len(c) >= max_new_tokens and c[-1] not in stops for c in completions]
+    return completions, truncated
+
+
+def cut_at_stop(row, stops):
+    """Keep the first stop id, drop what HF pads after it (the pad id may itself be a stop id)."""
+    end = next((i for i, tok in enumerate(row) if tok in stops), None)
+    return row if end is None else row[:end + 1]
 
 
 def left_pad(seqs, pad_id):
@@ -124,7 +145,7 @@ def left_pad(seqs, pad_id):
     return ids, mask
 
 
-def make_batch(tokenizer, prompts, completions, logps, max_new_tokens, eos):
+def make_batch(tokenizer, prompts, completions, logps, truncated):
     width = max(1, max(len(c) for c in completions))
     pad = lambda s, v: s + [v] * (width - len(s))
     return {
@@ -133,7 +154,7 @@ def make_batch(tokenizer, prompts, completions, logps, max_new_tokens, eos):
         "completion_ids": torch.tensor([pad(c, tokenizer.pad_token_id) for c in completions], dtype=torch.long),
         "completion_mask": torch.tensor([pad([1.0] * len(c), 0.0) for c in completions]),
         "rollout_logp": None if logps is None else torch.tensor([pad(lp, 0.0) for lp in logps]),
-        "truncated": torch.tensor([len(c) >= max_new_tokens and (not c or c[-1] != eos) for c in completions]),
+        "truncated": torch.tensor(truncated, dtype=torch.bool),
         "completions": tokenizer.batch_decode(completions, skip_special_tokens=True),
     }
 

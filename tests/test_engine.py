@@ -1,13 +1,20 @@
-"""The real model and a real vLLM-CPU engine: batch structure of both engines, and weight sync.
+"""The real model and a real vLLM-CPU engine: batch structure of both engines, and weight sync;
+then where a completion ends (every EOS id of the model, as vLLM stops), on a tiny model and a
+fake engine.
 
-The sync test is the stale-weights bug of TRL issue #5312: after an optimizer step the sampler must
-score a fixed completion like the trainer does, and unlike it did before the step."""
+The sync test is the stale-weights bug of TRL issue #5312: after an optimizer step the sampler's
+log-probs of a fixed completion must move as the trainer's did. vLLM-CPU and the trainer run
+different bf16 kernels (vLLM picks its own by CPU feature), so every comparison of the two is
+stated against what it must tell apart, never as agreement to one CPU's round-off."""
+from types import SimpleNamespace
+
 import pytest
 import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from conftest import MODEL_DIR
 from model import completion_logprobs, load_model
-from rollout import encode_prompts, generate, init_engine, sync_weights
+from rollout import encode_prompts, generate, init_engine, stop_token_ids, sync_weights
 
 PROMPTS = [[{"role": "user", "content": "What is 7 + 5? Reply with only the number."}],
            [{"role": "user", "content": "What is 13 + 9? Answer briefly."}]]
@@ -38,7 +45,7 @@ def trainer_logprobs(model, prompt_ids, completion_ids):
     return logp[0]
 
 
-def check_batch(batch, tokenizer, n_prompts, prompt_ids):
+def check_batch(batch, tokenizer, n_prompts, prompt_ids, stops):
     B = n_prompts * G
     assert batch["prompt_ids"].shape[0] == B and batch["prompt_mask"].shape == batch["prompt_ids"].shape
     C = batch["completion_ids"].shape[1]
@@ -51,10 +58,10 @@ def check_batch(batch, tokenizer, n_prompts, prompt_ids):
         n = batch["prompt_mask"][i].sum().item()
         assert batch["prompt_ids"][i, -n:].tolist() == prompt_ids[i // G]
         assert batch["prompt_mask"][i, -n:].all() and not batch["prompt_mask"][i, :-n].any()
-        # right-padded completion: mask is a prefix; it ends with EOS unless truncated at MAX_NEW
+        # right-padded completion: mask is a prefix; it ends on a stop id unless cut at MAX_NEW
         length = int(batch["completion_mask"][i].sum().item())
         assert batch["completion_mask"][i, :length].all() and not batch["completion_mask"][i, length:].any()
-        ends_with_eos = batch["completion_ids"][i, length - 1].item() == tokenizer.eos_token_id
+        ends_with_eos = batch["completion_ids"][i, length - 1].item() in stops
         assert batch["truncated"][i].item() == (not ends_with_eos)
         if batch["truncated"][i]:
             assert length == MAX_NEW
@@ -67,29 +74,38 @@ def test_both_engines_return_the_same_structure(setup):
     vllm_batch = generate(engine, tokenizer, prompt_ids, G, MAX_NEW, 1.0)
     hf_batch = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, G, MAX_NEW, 1.0, model=model)
     assert set(vllm_batch) == set(hf_batch)
-    check_batch(vllm_batch, tokenizer, len(PROMPTS), prompt_ids)
-    check_batch(hf_batch, tokenizer, len(PROMPTS), prompt_ids)
+    stops = stop_token_ids(tokenizer, model.generation_config)
+    check_batch(vllm_batch, tokenizer, len(PROMPTS), prompt_ids, stops)
+    check_batch(hf_batch, tokenizer, len(PROMPTS), prompt_ids, stops)
     assert hf_batch["rollout_logp"] is None
     rl = vllm_batch["rollout_logp"]
     assert rl.shape == vllm_batch["completion_mask"].shape
     assert (rl[vllm_batch["completion_mask"] == 0] == 0).all() and (rl[vllm_batch["completion_mask"] == 1] <= 0).all()
-    # the sampler's log-probs agree with the trainer's FP32-head scoring of the same tokens (bf16 body)
+    # the sampler's log-probs are the trainer's (FP32 head, bf16 body) of the same tokens: the mean
+    # gap is two bf16 kernels' round-off, 0.02-0.03 nats per token on an AMD EPYC and an Intel Xeon
+    # (AMX); log-probs one token off, or of another model, differ by nats (1.7 one token off)
     with torch.no_grad():
         logp, _ = completion_logprobs(model, vllm_batch["prompt_ids"], vllm_batch["prompt_mask"],
                                       vllm_batch["completion_ids"], vllm_batch["completion_mask"], 1.0, torch.bfloat16)
     m = vllm_batch["completion_mask"]
-    assert ((logp - rl).abs() * m).sum() / m.sum() < 0.1
+    assert ((logp - rl).abs() * m).sum() / m.sum() < 0.2
 
 
 def test_weight_sync_after_an_optimizer_step(setup):
+    """The engine serves the new weights after a sync, and the old ones before it. Stated against
+    the step, in L2 over the completion's tokens: the step moves its log-probs by 3.3 nats, while
+    the engine/trainer gap on the same weights is the round-off of two bf16 kernels, which depends
+    on the CPU (per token up to 0.2 nats on an AMD EPYC, 0.13 on an Intel Xeon with AMX; 0.06 in L2
+    here). A stale engine misses the trainer's change by all of it."""
     model, tokenizer, engine, prompt_ids = setup
-    prompt, completion = prompt_ids[0], tokenizer("12<|im_end|>", add_special_tokens=False)["input_ids"]
+    text = "The sum of 7 and 5 is 12.<|im_end|>"  # "The", "sum": unlikely, a step moves them
+    prompt, completion = prompt_ids[0], tokenizer(text, add_special_tokens=False)["input_ids"]
     engine_before = engine_logprobs(engine, prompt, completion)
-    assert (engine_before - trainer_logprobs(model, prompt, completion)).abs().max() < 0.1
+    trainer_before = trainer_logprobs(model, prompt, completion)
 
     # one optimizer step that raises the probability of this completion
     params_before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     logp, _ = completion_logprobs(model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long),
                                   torch.tensor([completion]), torch.ones(1, len(completion)), 1.0, torch.bfloat16)
     (-logp.sum()).backward()
@@ -97,10 +113,81 @@ def test_weight_sync_after_an_optimizer_step(setup):
     changed = sum(not torch.equal(p, params_before[n]) for n, p in model.named_parameters())
     assert changed == len(params_before)  # every tensor moved
 
-    trainer_after = trainer_logprobs(model, prompt, completion)
-    assert (trainer_after - engine_before).abs().max() > 0.5, "the step should move these log-probs a lot"
-    assert (engine_logprobs(engine, prompt, completion) - engine_before).abs().max() == 0, "no sync yet: engine unchanged"
+    trainer_moved = trainer_logprobs(model, prompt, completion) - trainer_before
+    assert trainer_moved.norm() > 1.0, "the step should move these log-probs by over 1 nat"
+    # a third of the step: ~7x the round-off measured (2 bf16 kernels, before and after the step),
+    # a third of what a stale engine misses by
+    tolerance = trainer_moved.norm() / 3
+    # on the same weights the two agree far better than the step moves them (else no check can tell)
+    assert (engine_before - trainer_before).norm() < tolerance
+    engine_moved = engine_logprobs(engine, prompt, completion) - engine_before
+    assert engine_moved.norm() < tolerance, "no sync yet: the engine keeps the old weights (0 here)"
     sync_weights(engine, model)
-    engine_after = engine_logprobs(engine, prompt, completion)
-    assert (engine_after - trainer_after).abs().max() < 0.1        # the engine now serves the new weights
-    assert (engine_after - engine_before).abs().max() > 0.5
+    engine_moved = engine_logprobs(engine, prompt, completion) - engine_before
+    assert (engine_moved - trainer_moved).norm() < tolerance, "the engine serves the new weights"
+
+
+# -----------------------------------------------------------------------------
+# where a completion ends: every EOS id of the model (Qwen2.5-Instruct has two), as vLLM stops
+
+def two_eos_model():
+    """A tiny model whose generation_config lists two EOS ids, as Qwen2.5-Instruct's does
+    (<|im_end|>, <|endoftext|>); the tokenizer's is the first. Its head always samples the second
+    (a bias of 30 on it)."""
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
+    second = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert second != tokenizer.eos_token_id
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    model.lm_head = torch.nn.Linear(16, len(tokenizer), bias=True)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+        model.lm_head.bias.zero_()
+        model.lm_head.bias[second] = 30.0
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, second]
+    return model, tokenizer, second
+
+
+def test_stop_ids_are_the_tokenizers_and_the_generation_configs():
+    _, tokenizer, second = two_eos_model()
+    eos = tokenizer.eos_token_id
+    both = sorted({eos, second})
+    assert stop_token_ids(tokenizer, SimpleNamespace(eos_token_id=[eos, second])) == both
+    assert stop_token_ids(tokenizer, SimpleNamespace(eos_token_id=second)) == both
+    assert stop_token_ids(tokenizer, SimpleNamespace(eos_token_id=None)) == [eos]
+
+
+def test_hf_generate_stops_at_the_second_eos_and_is_not_truncated():
+    model, tokenizer, second = two_eos_model()
+    prompt_ids = encode_prompts(tokenizer, PROMPTS)
+    for max_new in (4, 1):  # 1: the second EOS comes exactly at the limit
+        batch = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, 2, max_new, 1.0,
+                         model=model)
+        assert batch["completion_ids"].tolist() == [[second]] * 4, "HF must stop where vLLM stops"
+        assert batch["completion_mask"].tolist() == [[1.0]] * 4
+        assert not batch["truncated"].any()
+
+
+class FakeLLM:
+    """Stands in for vllm.LLM: one prompt, fixed samples (token ids, finish_reason)."""
+    def __init__(self, samples):
+        self.samples = samples
+
+    def generate(self, requests, params, use_tqdm=False):
+        outputs = [SimpleNamespace(token_ids=ids, finish_reason=reason,
+                                   logprobs=[{tok: SimpleNamespace(logprob=-0.5)} for tok in ids])
+                   for ids, reason in self.samples]
+        return [SimpleNamespace(outputs=outputs)]
+
+
+def test_vllm_truncation_is_its_finish_reason():
+    _, tokenizer, second = two_eos_model()
+    eos = tokenizer.eos_token_id
+    # max_new_tokens=2, every sample at the limit: vLLM stopped on the second EOS, the first, length
+    samples = [([5, second], "stop"), ([5, eos], "stop"), ([5, 6], "length")]
+    engine = {"kind": "vllm", "llm": FakeLLM(samples)}
+    batch = generate(engine, tokenizer, [[1, 2, 3]], len(samples), 2, 1.0)
+    assert batch["truncated"].tolist() == [False, False, True]
+    assert batch["completion_ids"].tolist() == [ids for ids, _ in samples]

@@ -73,8 +73,22 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_cleanly(tmp_path):
     code, out, err = start_and_signal(out_dir, signal.SIGTERM, lambda d: logged_steps(d) >= 1, "--ckpt_interval=0")
     assert code == 0, err[-3000:]
     done = checkpoint_step(out_dir)  # no checkpoint was due before step 6: this one is the stop's
-    assert 2 <= done < 6 and f"stopped after step {done}" in out
+    # usually the signal lands in step 2, which finishes (done = 2); on a loaded CPU it can land
+    # between step 1's log line and its stop check (done = 1, seen with 2 busy cores): correct too
+    assert 1 <= done < 6 and f"stopped after step {done}" in out
     assert max(steps(out_dir)) == done  # every finished step is logged and in the checkpoint
+
+
+def test_resume_after_a_crash_between_the_checkpoint_renames(tmp_path):
+    """save_checkpoint renames ckpt -> ckpt.old, then ckpt.tmp -> ckpt: a crash between the two
+    leaves no ckpt/. Resume must still find the last complete checkpoint (here ckpt.old, the only
+    one) and load it: model, optimizer, RNGs. One step, then a resume with nothing left to do."""
+    out_dir, tiny = str(tmp_path / "run"), ["--group_size=2", "--max_iters=1"]
+    run(f"--out_dir={out_dir}", *tiny)
+    os.replace(os.path.join(out_dir, "ckpt"), os.path.join(out_dir, "ckpt.old"))
+    result = run(f"--out_dir={out_dir}", "--init_from=resume", *tiny)
+    assert "restored from" in result.stdout and "at step 1" in result.stdout
+    assert checkpoint_step(out_dir) == 1 and not os.path.exists(os.path.join(out_dir, "ckpt.old"))
 
 
 def write_meta(out_dir, **meta):
