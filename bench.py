@@ -1,6 +1,6 @@
 """
-Where an RL step's time goes, and how close each part runs to the hardware. Prints one table; every number
-in it is measured by this run, on this machine (CUDA is detected and used the same way).
+Where an RL step's time goes, and how close each part runs to the hardware. Prints one table; every
+number in it is measured by this run, on this machine (CUDA is detected and used the same way).
 
     python bench.py                  # everything (~15 min on 2 CPU cores)
     python bench.py --only=score     # one section: peak | rollout | score | step | floor
@@ -8,18 +8,22 @@ in it is measured by this run, on this machine (CUDA is detected and used the sa
 Sections
   peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
   rollout  tokens/s of vLLM and of HF generate on the same prompts (the standard workload below)
-  score    log-prob + entropy of 8,192 tokens through a head of vocab V, forward and backward: the naive
-           (N, V) fp32 logits path versus model.py's chunked HeadLogprobs, time and peak memory
-  step     the standard workload (16 prompts x 8 samples x <= 64 new tokens, SmolLM2-135M) through train.py
-           itself: rollout / scoring / update / sync seconds; "before" = the same code with fp32 compute,
-           HF generate and the naive head. Update efficiency = model FLOPs / update time / bf16 peak, with
-           model FLOPs = 6 * (body params * body tokens + head params * completion tokens), of the trained rows.
-  floor    the ratio's floor (issue #15): one AdamW step at a tiny learning rate with num_iterations=2, then the second
-           pass's mean |log pi - log pi_old| and clip fraction (eps 0.2), on 2 prompts x 4 answers (<= 16 tokens)
-           sampled once from models/smollm2/hf; for the bf16-exact model, the old conversion (fp32, 8.1 % of the
-           weights on bf16 rounding ties; rebuilt by models/smollm2/prepare.py --keep_ties into models/smollm2/hf_ties,
-           about a minute the first time), the same through model.round_ties, and the old one with an fp32 body.
-           Seconds a cell on a CPU with bf16 instructions; 2 minutes on one without (bf16 matmuls emulated: ~1 GFLOP/s).
+  score    log-prob + entropy of 8,192 tokens through a head of vocab V, forward and backward: the
+           naive (N, V) fp32 logits path versus model.py's chunked HeadLogprobs, time and peak
+           memory
+  step     the standard workload (16 prompts x 8 samples x <= 64 new tokens, SmolLM2-135M) through
+           train.py itself: rollout / scoring / update / sync seconds; "before" = the same code
+           with fp32 compute, HF generate and the naive head. Update efficiency = model FLOPs /
+           update time / bf16 peak, with model FLOPs = 6 * (body params * body tokens +
+           head params * completion tokens), of the trained rows.
+  floor    the ratio's floor (issue #15): one AdamW step at a tiny learning rate with
+           num_iterations=2, then the second pass's mean |log pi - log pi_old| and clip fraction
+           (eps 0.2), on 2 prompts x 4 answers (<= 16 tokens) sampled once from models/smollm2/hf;
+           for the bf16-exact model, the old conversion (fp32, 8.1 % of the weights on bf16
+           rounding ties; rebuilt by models/smollm2/prepare.py --keep_ties into
+           models/smollm2/hf_ties, about a minute the first time), the same through
+           model.round_ties, and the old one with an fp32 body. Seconds a cell on a CPU with bf16
+           instructions; 2 minutes on one without (bf16 matmuls emulated: ~1 GFLOP/s).
 Each measurement runs in its own process, so one that runs out of memory is reported as such.
 """
 import json
@@ -34,10 +38,12 @@ import torch
 
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
 MODEL = 'models/smollm2/hf'
-# learning_rate=0: the step does all its work (the optimizer step included) but the policy stays the one both
-# columns start from, so their answers (the work) have the same length distribution at every step
-WORKLOAD = ['config/cpu_demo.py', '--prompts_per_step=16', '--group_size=8', '--max_new_tokens=64', '--learning_rate=0',
-            '--eval_interval=0', '--max_iters=3', '--micro_batch_size=128', '--max_tokens_per_micro=2048']
+# learning_rate=0: the step does all its work (the optimizer step included) but the policy stays the
+# one both columns start from, so their answers (the work) have the same length distribution at
+# every step
+WORKLOAD = ['config/cpu_demo.py', '--prompts_per_step=16', '--group_size=8', '--max_new_tokens=64',
+            '--learning_rate=0', '--eval_interval=0', '--max_iters=3', '--micro_batch_size=128',
+            '--max_tokens_per_micro=2048']
 BEFORE = ['--dtype=float32', '--rollout_engine=hf']  # plus the naive head (patched in below)
 
 
@@ -47,7 +53,8 @@ def sync():
 
 
 def measure(fn):
-    """Seconds and peak memory in bytes above the start (CUDA: allocated; CPU: resident set, polled) of fn()."""
+    """Seconds and peak memory in bytes above the start (CUDA: allocated; CPU: resident set, polled)
+    of fn()."""
     if device == 'cuda':
         sync(), torch.cuda.reset_peak_memory_stats()
         base, t0 = torch.cuda.memory_allocated(), time.time()
@@ -69,7 +76,8 @@ def measure(fn):
 
 
 def naive_head(hidden, weight, targets, temperature):
-    """The textbook path (and model.py's before this benchmark): all (N, V) fp32 logits, autograd keeps them."""
+    """The textbook path (and model.py's before this benchmark): all (N, V) fp32 logits, autograd
+    keeps them."""
     logp_all = torch.log_softmax(hidden @ weight.T / temperature, dim=-1)                 # (N, V)
     return logp_all.gather(1, targets[:, None]).squeeze(1), -(logp_all.exp() * logp_all).sum(-1)
 
@@ -81,7 +89,8 @@ def child_peak():
     n = 8192 if device == 'cuda' else 2048
     out = {}
     for dtype in (torch.float32, torch.bfloat16):
-        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+        a, b = (torch.randn(n, n, device=device, dtype=dtype),
+                torch.randn(n, n, device=device, dtype=dtype))
         a @ b
         seconds, _ = measure(lambda: [a @ b for _ in range(5)])
         out[str(dtype).split('.')[1]] = 5 * 2 * n ** 3 / seconds / 1e9
@@ -95,9 +104,10 @@ def child_score(impl, vocab, tokens, hidden_size=576):
     weight = (0.02 * torch.randn(vocab, hidden_size, device=device, generator=g)).requires_grad_()
     targets = torch.randint(vocab, (tokens,), device=device, generator=g)
     advantages = torch.randn(tokens, device=device, generator=g)
-    head = naive_head if impl == 'naive' else lambda *a: HeadLogprobs.apply(*a, max(1, 2 ** 24 // vocab),
-                                                                              tokens * vocab <= 2 ** 28)
-    def step():  # the default loss: a policy-gradient term on log pi; the entropy is computed, for the log
+    head = naive_head if impl == 'naive' else lambda *a: HeadLogprobs.apply(
+        *a, max(1, 2 ** 24 // vocab), tokens * vocab <= 2 ** 28)
+    # the default loss: a policy-gradient term on log pi; the entropy is computed, for the log
+    def step():
         logp, entropy = head(hidden, weight, targets, 1.0)
         (-(advantages * logp).mean()).backward()
     seconds, peak = measure(step)
@@ -115,7 +125,8 @@ def child_rollout():
         engine = init_engine(kind, MODEL, gpu_memory_utilization=0.3)
         run = lambda: generate(engine, tokenizer, prompt_ids, 8, 64, 1.0, model=model.to(device),
                                autocast_dtype=torch.bfloat16)
-        generate(engine, tokenizer, prompt_ids[:2], 2, 8, 1.0, model=model.to(device), autocast_dtype=torch.bfloat16)
+        generate(engine, tokenizer, prompt_ids[:2], 2, 8, 1.0, model=model.to(device),
+                 autocast_dtype=torch.bfloat16)
         t0 = time.time()
         batch = run()
         seconds = time.time() - t0
@@ -125,31 +136,35 @@ def child_rollout():
 
 
 def floor_batch(model, tokenizer, prompts=2, samples=4, max_new_tokens=16, seed=0):
-    """`samples` answers to each of the first `prompts` training problems, drawn from model by HF generate at T = 1 in
-    fp32 (seeded), in the trainer's batch layout (rollout.make_batch)."""
+    """`samples` answers to each of the first `prompts` training problems, drawn from model by HF
+    generate at T = 1 in fp32 (seeded), in the trainer's batch layout (rollout.make_batch)."""
     from rollout import encode_prompts, generate
     rows = [json.loads(line) for line in open('data/arithmetic/train.jsonl')][:prompts]
     torch.manual_seed(seed)
-    return generate({'kind': 'hf'}, tokenizer, encode_prompts(tokenizer, [r['prompt'] for r in rows]), samples,
+    return generate({'kind': 'hf'}, tokenizer,
+                    encode_prompts(tokenizer, [r['prompt'] for r in rows]), samples,
                     max_new_tokens, 1.0, model=model, autocast_dtype=None)
 
 
 def ratio_floor(model, batch, lr, autocast_dtype=torch.bfloat16, eps=0.2):
-    """One update as train.py makes it with num_iterations=2 (pi_old from a no-grad pass; the grpo loss with
-    advantages +1 -1 +1 -1 ... in each group; grad clip 1.0; fused AdamW, betas (0.9, 0.99), no weight decay), then the
-    second pass's (mean |log ratio|, clip fraction), from policy_loss's statistics. Changes model's weights."""
+    """One update as train.py makes it with num_iterations=2 (pi_old from a no-grad pass; the grpo
+    loss with advantages +1 -1 +1 -1 ... in each group; grad clip 1.0; fused AdamW, betas (0.9,
+    0.99), no weight decay), then the second pass's (mean |log ratio|, clip fraction), from
+    policy_loss's statistics. Changes model's weights."""
     from losses import policy_loss
     from model import completion_logprobs
-    args = (batch['prompt_ids'], batch['prompt_mask'], batch['completion_ids'], batch['completion_mask'], 1.0,
-            autocast_dtype)
+    args = (batch['prompt_ids'], batch['prompt_mask'], batch['completion_ids'],
+            batch['completion_mask'], 1.0, autocast_dtype)
     model.train()
     with torch.no_grad():
         old_logp = completion_logprobs(model, *args)[0]
     advantages = torch.tensor([1.0, -1.0], device=old_logp.device).repeat(len(old_logp) // 2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0, fused=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0,
+                                  fused=True)
     for it in range(2):
         logp = completion_logprobs(model, *args)[0]
-        loss, stats = policy_loss('grpo', logp, old_logp, advantages, batch['completion_mask'], eps_low=eps, eps_high=eps)
+        loss, stats = policy_loss('grpo', logp, old_logp, advantages, batch['completion_mask'],
+                                  eps_low=eps, eps_high=eps)
         if it == 0:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -164,13 +179,15 @@ FLOOR_LRS = (1e-8, 1e-6, 1e-5)
 def child_floor():
     from model import load_model
     ties_dir = 'models/smollm2/hf_ties'
-    subprocess.run([sys.executable, 'models/smollm2/prepare.py', f'--keep_ties={ties_dir}'], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, 'models/smollm2/prepare.py', f'--keep_ties={ties_dir}'],
+                   check=True, stdout=subprocess.DEVNULL)
     model, tokenizer = load_model(MODEL)
-    batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in floor_batch(model.to(device), tokenizer).items()}
+    batch = {k: v.to(device) if torch.is_tensor(v) else v
+             for k, v in floor_batch(model.to(device), tokenizer).items()}
     setups = {'bf16 body, bf16-exact weights (models/smollm2/hf)': (MODEL, torch.bfloat16, None),
               'bf16 body, old weights on ties': (ties_dir, torch.bfloat16, None),
-              'bf16 body, old weights, ties rounded at load': (ties_dir, torch.bfloat16, torch.bfloat16),
+              'bf16 body, old weights, ties rounded at load':
+                  (ties_dir, torch.bfloat16, torch.bfloat16),
               'fp32 body, old weights on ties': (ties_dir, None, None)}
     out = {'tokens': batch['completion_mask'].sum().item()}
     for name, (path, autocast_dtype, guard) in setups.items():
@@ -184,43 +201,51 @@ def child_floor():
 
 
 def cpu_name():
-    """The CPU's model name and its bf16 instructions (bf16 on a CPU without them is emulated, and rounds differently)."""
+    """The CPU's model name and its bf16 instructions (bf16 on a CPU without them is emulated, and
+    rounds differently)."""
     info = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''
-    name = next((line.split(':', 1)[1].strip() for line in info.splitlines() if line.startswith('model name')), 'CPU')
+    name = next((line.split(':', 1)[1].strip() for line in info.splitlines()
+                 if line.startswith('model name')), 'CPU')
     bf16 = [f for f in ('avx512_bf16', 'amx_bf16') if f' {f}' in info]
     return f"{name}, {os.cpu_count()} cores, bf16 instructions: {', '.join(bf16) or 'none'}"
 
 
 def child_train(*args):
-    """train.py as a script in this process, with the naive head patched in when asked ('--naive_head')."""
+    """train.py as a script in this process, with the naive head patched in when asked
+    ('--naive_head')."""
     import runpy
     import model
     if '--naive_head' in args:
-        model.HeadLogprobs.apply = staticmethod(lambda h, w, t, temperature, chunk, keep: naive_head(h, w, t, temperature))
+        model.HeadLogprobs.apply = staticmethod(
+            lambda h, w, t, temperature, chunk, keep: naive_head(h, w, t, temperature))
     sys.argv = ['train.py', *[a for a in args if a != '--naive_head']]
     runpy.run_path('train.py', run_name='__main__')
 
 
 def run_child(name, *args):
-    """One measurement in a fresh process; its result is the JSON on its last stdout line, None if it died."""
-    result = subprocess.run([sys.executable, __file__, f'--child={name}', *map(str, args)], capture_output=True, text=True)
+    """One measurement in a fresh process; its result is the JSON on its last stdout line, None if
+    it died."""
+    result = subprocess.run([sys.executable, __file__, f'--child={name}', *map(str, args)],
+                            capture_output=True, text=True)
     if result.returncode != 0:
-        print(f"  {name} {' '.join(map(str, args))}: exit {result.returncode} (out of memory?) {result.stderr[-300:]}")
+        print(f"  {name} {' '.join(map(str, args))}: exit {result.returncode} (out of memory?) "
+              f"{result.stderr[-300:]}")
         return None
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def train_steps(*args):
-    """Run the workload through train.py for 3 steps; the mean of steps 2 and 3 is the measurement (step 1 pays
-    one-time warm-up)."""
+    """Run the workload through train.py for 3 steps; the mean of steps 2 and 3 is the measurement
+    (step 1 pays one-time warm-up)."""
     out_dir = tempfile.mkdtemp(prefix='bench_')
-    result = subprocess.run([sys.executable, __file__, '--child=train', *WORKLOAD, f'--out_dir={out_dir}', *args],
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, __file__, '--child=train', *WORKLOAD,
+                             f'--out_dir={out_dir}', *args], capture_output=True, text=True)
     if result.returncode != 0:
         print(f"  train {' '.join(args)}: exit {result.returncode} {result.stderr[-500:]}")
         return None
     steps = [json.loads(line) for line in open(os.path.join(out_dir, 'log.jsonl'))][1:]
-    return {k: sum(s[k] for s in steps) / len(steps) for k in steps[0] if isinstance(steps[0][k], (int, float))}
+    return {k: sum(s[k] for s in steps) / len(steps) for k in steps[0]
+            if isinstance(steps[0][k], (int, float))}
 
 
 # -----------------------------------------------------------------------------
@@ -230,8 +255,8 @@ if __name__ == '__main__':
     argv = sys.argv[1:]
     if argv and argv[0].startswith('--child='):
         name, args = argv[0].split('=', 1)[1], argv[1:]
-        result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout, 'train': child_train,
-                  'floor': child_floor}[name](
+        result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout,
+                  'train': child_train, 'floor': child_floor}[name](
             *[int(a) if a.isdigit() else a for a in args])
         if result is not None:
             print(json.dumps(result))
@@ -244,7 +269,8 @@ if __name__ == '__main__':
 
     peak = run_child('peak') if want('peak') or want('step') else None
     if peak:
-        rows += [('matmul fp32', f"{peak['float32']:.0f} GFLOP/s", ''), ('matmul bf16', f"{peak['bfloat16']:.0f} GFLOP/s", 'the ceiling')]
+        rows += [('matmul fp32', f"{peak['float32']:.0f} GFLOP/s", ''),
+                 ('matmul bf16', f"{peak['bfloat16']:.0f} GFLOP/s", 'the ceiling')]
     if want('rollout') and (r := run_child('rollout')):
         for kind in ('vllm', 'hf'):
             rows.append((f'rollout {kind}', f"{r[kind]['tokens'] / r[kind]['seconds']:.0f} tok/s",
@@ -257,15 +283,20 @@ if __name__ == '__main__':
                 if impl == 'chunked' and r and res['naive']:
                     note = (f"{r['peak_bytes'] / res['naive']['peak_bytes']:.3f}x memory, "
                             f"{r['seconds'] / res['naive']['seconds']:.2f}x time of naive")
-                rows.append((f'score V={vocab} N={tokens} {impl}', f"{r['seconds']:.2f} s, {r['peak_bytes'] / 2**30:.2f} GiB" if r else
-                             f"killed: more than the machine's {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB", note))
+                rows.append((
+                    f'score V={vocab} N={tokens} {impl}',
+                    f"{r['seconds']:.2f} s, {r['peak_bytes'] / 2**30:.2f} GiB" if r else
+                    "killed: more than the machine's "
+                    f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB",
+                    note))
     if want('step'):
         after, before = train_steps(), train_steps(*BEFORE, '--naive_head')
         from transformers import AutoConfig
         cfg = AutoConfig.from_pretrained(MODEL)
         head_params = cfg.vocab_size * cfg.hidden_size
         from transformers import AutoModelForCausalLM
-        body_params = sum(p.numel() for n, p in AutoModelForCausalLM.from_pretrained(MODEL).model.named_parameters()
+        body_params = sum(p.numel() for n, p in
+                          AutoModelForCausalLM.from_pretrained(MODEL).model.named_parameters()
                           if 'embed' not in n)
         for label, r in (('after', after), ('before', before)):
             if r is None:
@@ -273,23 +304,34 @@ if __name__ == '__main__':
             parts = {k: r[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync')}
             total = sum(parts.values())
             rows.append((f'step {label}', f'{total:.1f} s',
-                         ', '.join(f"{k} {v:.1f} s ({100 * v / total:.0f}%)" for k, v in parts.items())))
-            flops = 6 * (body_params * r['train_tokens'] + head_params * r['train_completion_tokens'])
+                         ', '.join(f"{k} {v:.1f} s ({100 * v / total:.0f}%)"
+                                   for k, v in parts.items())))
+            flops = 6 * (body_params * r['train_tokens']
+                         + head_params * r['train_completion_tokens'])
             if peak:
-                rows.append((f'update {label}', f"{r['train_tokens'] / r['train_seconds']:.0f} tok/s",
-                             f"{flops / r['train_seconds'] / 1e9:.0f} GFLOP/s = "
-                             f"{100 * flops / r['train_seconds'] / 1e9 / peak['bfloat16']:.0f}% of bf16 peak; "
-                             f"padding {100 * r['pad_frac']:.0f}% (every row at full width: {100 * r.get('pad_frac_unpacked', float('nan')):.0f}%); "
-                             f"{100 * r['trained_frac']:.0f}% of the rows trained (skip_zero_adv)"))
-        if after and before:  # the two runs sample different answers (HF's and vLLM's RNGs): also per sampled token
-            step_time = lambda r: sum(r[f'{k}_seconds'] for k in ('rollout', 'score', 'train', 'sync'))
+                rows.append((
+                    f'update {label}', f"{r['train_tokens'] / r['train_seconds']:.0f} tok/s",
+                    f"{flops / r['train_seconds'] / 1e9:.0f} GFLOP/s = "
+                    f"{100 * flops / r['train_seconds'] / 1e9 / peak['bfloat16']:.0f}% "
+                    "of bf16 peak; "
+                    f"padding {100 * r['pad_frac']:.0f}% (every row at full width: "
+                    f"{100 * r.get('pad_frac_unpacked', float('nan')):.0f}%); "
+                    f"{100 * r['trained_frac']:.0f}% of the rows trained (skip_zero_adv)"))
+        # the two runs sample different answers (HF's and vLLM's RNGs): also per sampled token
+        if after and before:
+            step_time = lambda r: sum(r[f'{k}_seconds']
+                                      for k in ('rollout', 'score', 'train', 'sync'))
+            per_token = (step_time(before) / before['completion_len']
+                         / (step_time(after) / after['completion_len']))
             rows.append(('step speed-up', f"{step_time(before) / step_time(after):.2f}x",
-                         f"before / after; per sampled token: {step_time(before) / before['completion_len'] / (step_time(after) / after['completion_len']):.2f}x "
-                         f"(mean answer {before['completion_len']:.1f} / {after['completion_len']:.1f} tokens)"))
+                         f"before / after; per sampled token: {per_token:.2f}x "
+                         f"(mean answer {before['completion_len']:.1f} / "
+                         f"{after['completion_len']:.1f} tokens)"))
     if want('floor') and (r := run_child('floor')):
         lrs = ', '.join(f'{lr:g}' for lr in FLOOR_LRS)
         rows.append(('ratio floor (lr 1e-8)', 'mean abs log ratio / clip fraction',
-                     f"second pass of num_iterations=2 after one AdamW step; {r.pop('tokens'):.0f} tokens; at lr {lrs}:"))
+                     "second pass of num_iterations=2 after one AdamW step; "
+                     f"{r.pop('tokens'):.0f} tokens; at lr {lrs}:"))
         for setup, cells in r.items():
             rows.append((f'  {setup}', f'{cells[0][0]:.4f} / {100 * cells[0][1]:.1f}%',
                          '; '.join(f'{a:.4f} / {100 * c:.1f}%' for a, c in cells)))

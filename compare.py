@@ -1,17 +1,18 @@
 """
-Run variants x seeds of train.py, then plot and summarize them with plot.py (the honesty rule: only a
-difference larger than the seed spread counts).
+Run variants x seeds of train.py, then plot and summarize them with plot.py (the honesty rule: only
+a difference larger than the seed spread counts).
 
-    python compare.py --variants=grpo,gspo --seeds=0,1,2 --out=out/cmp -- --num_iterations=2 --max_iters=10
-    python compare.py --variants=grpo,config/dapo.py --seeds=0,1 --dry_run    # print the commands only
+    python compare.py --variants=grpo,gspo --seeds=0,1,2 --out=out/cmp
+        -- --num_iterations=2 --max_iters=10
+    python compare.py --variants=grpo,config/dapo.py --seeds=0,1 --dry_run # print the commands only
 
-A variant is a loss_type (passed as --loss_type=NAME) or a config file (*.py, passed after --config; its
-basename without .py names the variant). Everything after `--` goes to every run. Run (variant, seed)
-goes to <out>/<variant>_s<seed>, its stdout and stderr to train.out there. train.py runs as it is, in a
-subprocess: with GPUs, one run per GPU in parallel (CUDA_VISIBLE_DEVICES); on CPU, one after another.
-A run whose log already reaches max_iters is skipped; one with an unfinished checkpoint (stopped by
-SIGTERM / Ctrl-C) continues from it (--init_from=resume). A failed run is reported and the others still
-run; the exit code is 1 if any failed.
+A variant is a loss_type (passed as --loss_type=NAME) or a config file (*.py, passed after --config;
+its basename without .py names the variant). Everything after `--` goes to every run. Run (variant,
+seed) goes to <out>/<variant>_s<seed>, its stdout and stderr to train.out there. train.py runs as it
+is, in a subprocess: with GPUs, one run per GPU in parallel (CUDA_VISIBLE_DEVICES); on CPU, one
+after another. A run whose log already reaches max_iters is skipped; one with an unfinished
+checkpoint (stopped by SIGTERM / Ctrl-C) continues from it (--init_from=resume). A failed run is
+reported and the others still run; the exit code is 1 if any failed.
 """
 import argparse
 import json
@@ -28,19 +29,24 @@ TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'train.py')
 argv = sys.argv[1:]
 cut = argv.index('--') if '--' in argv else len(argv)
 overrides = argv[cut + 1:]  # --key=value for every run
-parser = argparse.ArgumentParser(usage='python compare.py --variants=A,B [--seeds=0,1,2] [--config=FILE] [--out=DIR] '
-                                       '[--dry_run] [-- --key=value ...]')
-parser.add_argument('--variants', required=True, help='comma-separated loss_type names and/or config files (*.py)')
+parser = argparse.ArgumentParser(usage='python compare.py --variants=A,B [--seeds=0,1,2] '
+                                       '[--config=FILE] [--out=DIR] [--dry_run] '
+                                       '[-- --key=value ...]')
+parser.add_argument('--variants', required=True,
+                    help='comma-separated loss_type names and/or config files (*.py)')
 parser.add_argument('--seeds', default='0', help='comma-separated seeds')
-parser.add_argument('--config', default='config/cpu_demo.py', help="the base config file ('' for none)")
-parser.add_argument('--out', default='out/compare', help='runs go to <out>/<variant>_s<seed>, plots to <out>/plots')
+parser.add_argument('--config', default='config/cpu_demo.py',
+                    help="the base config file ('' for none)")
+parser.add_argument('--out', default='out/compare',
+                    help='runs go to <out>/<variant>_s<seed>, plots to <out>/plots')
 parser.add_argument('--dry_run', action='store_true', help='print the commands, run nothing')
 args = parser.parse_args(argv[:cut])
 
 
 def target_max_iters(config_files):
-    """max_iters as train.py will see it: the last --max_iters override, else the last config file that sets
-    it, else train.py's default. None if it cannot be told (then the run is simply run again)."""
+    """max_iters as train.py will see it: the last --max_iters override, else the last config file
+    that sets it, else train.py's default. None if it cannot be told (then the run is simply run
+    again)."""
     try:
         for a in reversed(overrides):
             if a.startswith('--max_iters='):
@@ -56,13 +62,15 @@ def target_max_iters(config_files):
 
 
 def run_state(run_dir, max_iters):
-    """'done' if the log reaches max_iters, 'resume' if an unfinished checkpoint is there, else 'run'."""
+    """'done' if the log reaches max_iters, 'resume' if an unfinished checkpoint is there, else
+    'run'."""
     if max_iters is None:
         return 'run'
     if any(r['step'] >= max_iters for r in plot.read_log(run_dir)):
         return 'done'
     try:
-        return 'resume' if json.load(open(os.path.join(run_dir, 'ckpt', 'meta.json')))['step'] < max_iters else 'run'
+        step = json.load(open(os.path.join(run_dir, 'ckpt', 'meta.json')))['step']
+        return 'resume' if step < max_iters else 'run'
     except (OSError, ValueError, KeyError):
         return 'run'
 
@@ -76,8 +84,9 @@ for variant in args.variants.split(','):
         name = f"{os.path.basename(variant)[:-3] if is_file else variant}_s{seed}"
         run_dir = os.path.join(args.out, name)
         state = run_state(run_dir, max_iters)
-        cmd = [sys.executable, TRAIN, *configs, *([] if is_file else [f'--loss_type={variant}']), *overrides,
-               f'--out_dir={run_dir}', f'--seed={seed}', *(['--init_from=resume'] if state == 'resume' else [])]
+        cmd = [sys.executable, TRAIN, *configs, *([] if is_file else [f'--loss_type={variant}']),
+               *overrides, f'--out_dir={run_dir}', f'--seed={seed}',
+               *(['--init_from=resume'] if state == 'resume' else [])]
         runs.append((name, run_dir, cmd, state))
 
 NOTES = {'done': 'skipped, its log reaches max_iters (delete its directory to run it again)',
@@ -91,10 +100,12 @@ import torch  # noqa: E402  (only to count the GPUs; a dry run does without it)
 
 n_gpus = torch.cuda.device_count()
 visible = os.environ.get('CUDA_VISIBLE_DEVICES')
-slots = (visible.split(',') if visible else [str(i) for i in range(n_gpus)])[:n_gpus] or [None]  # None: CPU
+# None: CPU
+slots = (visible.split(',') if visible else [str(i) for i in range(n_gpus)])[:n_gpus] or [None]
 todo = [r for r in runs if r[3] != 'done']
 if todo:
-    print("one run per GPU, in parallel: GPUs " + ','.join(slots) if slots[0] else "no GPU: one run after another")
+    print("one run per GPU, in parallel: GPUs " + ','.join(slots) if slots[0] else
+          "no GPU: one run after another")
 running, failed = {}, []  # running: process -> (name, run_dir, slot)
 try:
     while todo or running:
@@ -104,7 +115,8 @@ try:
             print(f"start {name}{f' on GPU {slot}' if slot else ''}: {shlex.join(cmd)}", flush=True)
             with open(os.path.join(run_dir, 'train.out'), 'a' if state == 'resume' else 'w') as f:
                 env = {**os.environ, 'CUDA_VISIBLE_DEVICES': slot} if slot else None
-                running[subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)] = (name, run_dir, slot)
+                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+                running[proc] = (name, run_dir, slot)
         time.sleep(1)
         for proc in [p for p in running if p.poll() is not None]:
             name, run_dir, slot = running.pop(proc)
@@ -113,9 +125,12 @@ try:
             print(f"{name}: {'done' if rc == 0 else f'FAILED with exit code {rc}'}", flush=True)
             if rc:
                 failed.append(name)
-                tail = open(os.path.join(run_dir, 'train.out'), errors='replace').read().splitlines()[-15:]
-                print('\n'.join(f"  | {line.rsplit(chr(13), 1)[-1]}" for line in tail))  # chr(13): tqdm's \r
-except KeyboardInterrupt:  # the runs got the Ctrl-C too: they finish their step and write a checkpoint
+                tail = open(os.path.join(run_dir, 'train.out'),
+                            errors='replace').read().splitlines()[-15:]
+                # chr(13): tqdm's \r
+                print('\n'.join(f"  | {line.rsplit(chr(13), 1)[-1]}" for line in tail))
+# the runs got the Ctrl-C too: they finish their step and write a checkpoint
+except KeyboardInterrupt:
     print("interrupted: waiting for the running runs to checkpoint; the same command resumes them")
     for proc in running:
         proc.wait()
@@ -126,5 +141,6 @@ print(text)
 for p in paths:
     print(f"wrote {p}")
 if failed:
-    print(f"{len(failed)} of {len(runs)} runs failed: {', '.join(failed)} (see train.out in their directories)")
+    print(f"{len(failed)} of {len(runs)} runs failed: {', '.join(failed)} "
+          "(see train.out in their directories)")
     sys.exit(1)

@@ -25,27 +25,39 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 # loading
 
 
+def native_bf16(device):
+    """Whether bf16 matmuls run in hardware on device: CUDA's bf16 support, or a CPU with AVX512-BF16 or
+    AMX. Elsewhere oneDNN emulates bf16: measured ~60x slower than fp32 on an AMD EPYC with AVX2 only."""
+    if str(device).startswith('cuda'):
+        return torch.cuda.is_bf16_supported()
+    flags = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''
+    return ' avx512_bf16' in flags or ' amx_bf16' in flags
+
+
 def load_model(path, autocast_dtype=None):
     """An HF causal LM from a local folder or a hub id, with fp32 master weights, and its tokenizer.
-    autocast_dtype: the dtype the body will run in (bf16 / fp16 autocast); weights on its rounding ties are
-    rounded once here when there are many (round_ties)."""
+    autocast_dtype: the dtype the body will run in (bf16 / fp16 autocast); weights on its rounding
+    ties are rounded once here when there are many (round_ties)."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model.config.use_cache = False  # training rebuilds the prompt's KV cache itself (completion_hidden)
+    # training rebuilds the prompt's KV cache itself (completion_hidden)
+    model.config.use_cache = False
     round_ties(model, autocast_dtype, name=path)
     return model, tokenizer
 
 
-# A fp32 master weight that sits exactly half-way between two neighbouring bf16 (fp16) values is a trap for a body run
-# under autocast. The forward rounds it to nearest-even, but the first optimizer update of ANY size pushes it off the
-# tie, and then it rounds the other way about half the time: a jump of one whole bf16 step (2**-8 to 2**-7 relative), all
-# of them in the direction of the update. A tiny step (lr 1e-8) then moves log-probs by tenths of a nat, and a PPO
-# ratio with num_iterations > 1 has a floor that no learning rate removes (issue #15). Weights trained in fp32 hold
-# ~2**-16 ties (random low bits); weights dequantized from a quantized file can hold millions (the Q4_1 GGUF of
-# models/smollm2: 8.1 %).
-MAX_TIE_FRAC = 0.01  # more ties than this fraction of the weights: round them (trained fp32: ~1.5e-5, Q4_1: 0.081)
+# A fp32 master weight that sits exactly half-way between two neighbouring bf16 (fp16) values is a
+# trap for a body run under autocast. The forward rounds it to nearest-even, but the first optimizer
+# update of ANY size pushes it off the tie, and then it rounds the other way about half the time: a
+# jump of one whole bf16 step (2**-8 to 2**-7 relative), all of them in the direction of the update.
+# A tiny step (lr 1e-8) then moves log-probs by tenths of a nat, and a PPO ratio with num_iterations
+# > 1 has a floor that no learning rate removes (issue #15). Weights trained in fp32 hold ~2**-16
+# ties (random low bits); weights dequantized from a quantized file can hold millions (the Q4_1 GGUF
+# of models/smollm2: 8.1 %).
+# more ties than this fraction of the weights: round them (trained fp32: ~1.5e-5, Q4_1: 0.081)
+MAX_TIE_FRAC = 0.01
 
 
 def rounding_ties(w, dtype):
@@ -60,7 +72,8 @@ def rounding_ties(w, dtype):
     tests/test_precision.py checks them against that definition (w is a tie iff 2w - round(w) is a dtype value too)."""
     bits = w.detach().view(torch.int32)
     if dtype == torch.bfloat16:
-        return ((bits & 0xFFFF) == 0x8000) & ((bits & 0x7FFFFFFF) < 0x7F7F8000)   # below the tie that rounds to inf
+        # below the tie that rounds to inf
+        return ((bits & 0xFFFF) == 0x8000) & ((bits & 0x7FFFFFFF) < 0x7F7F8000)
     a = w.detach().abs()
     t = a * 2**25
     return torch.where(a >= 2**-14, ((bits & 0x1FFF) == 0x1000) & (a <= 65504), (t == t.floor()) & (t % 2 == 1))
@@ -68,27 +81,34 @@ def rounding_ties(w, dtype):
 
 @torch.no_grad()
 def round_ties(model, dtype, max_frac=MAX_TIE_FRAC, name='model', chunk=2**22):
-    """Count the fp32 weights on dtype's rounding ties (dtype bf16 or fp16, the autocast dtype of the body; None or fp32:
-    nothing to do); above max_frac of all, move each of them to the value autocast rounds it to, and print one line.
-    Returns the count.
+    """Count the fp32 weights on dtype's rounding ties (dtype bf16 or fp16, the autocast dtype of
+    the body; None or fp32: nothing to do); above max_frac of all, move each of them to the value
+    autocast rounds it to, and print one line. Returns the count.
 
-    Fix, not refuse: on the tied entries this is what the bf16/fp16 forward already computes (the linear layers see the
-    same weights before and after); only the layers autocast leaves in fp32, the embedding lookup (and with tied
-    embeddings the fp32 LM head) and the RMSNorm scales, see a change of half a bf16 (fp16) step on those entries: below
-    the model's quantization error, while the jump it prevents is a full step in the direction of the update. Weights off
-    the ties are left bit for bit."""
+    Fix, not refuse: on the tied entries this is what the bf16/fp16 forward already computes (the
+    linear layers see the same weights before and after); only the layers autocast leaves in fp32,
+    the embedding lookup (and with tied embeddings the fp32 LM head) and the RMSNorm scales, see a
+    change of half a bf16 (fp16) step on those entries: below the model's quantization error, while
+    the jump it prevents is a full step in the direction of the update. Weights off the ties are left
+    bit for bit. Measured on the old demo model (bf16): rounding the linear layers' 10.2M ties leaves
+    the bf16 log-probs identical bit for bit; rounding the embedding's 0.7M moves them by 0.05 nats
+    on average (max 0.29), once, at load: the size of bf16's own noise (bf16 vs fp32 forward of the
+    same weights: 0.037), and not along any gradient."""
     if dtype not in (torch.bfloat16, torch.float16):
         return 0
-    params = [p for p in model.parameters() if p.dtype == torch.float32]   # tied weights appear once
-    ties = lambda p: [rounding_ties(c, dtype) for c in p.view(-1).split(chunk)]   # scratch memory: a chunk at a time
+    # tied weights appear once
+    params = [p for p in model.parameters() if p.dtype == torch.float32]
+    # scratch memory: a chunk at a time
+    ties = lambda p: [rounding_ties(c, dtype) for c in p.view(-1).split(chunk)]
     count = sum(int(t.sum()) for p in params for t in ties(p))
     total = sum(p.numel() for p in params)
     if count > max_frac * total:
         for p in params:
             for c, t in zip(p.view(-1).split(chunk), ties(p)):
                 c.copy_(torch.where(t, c.to(dtype).float(), c))
-        print(f"{name}: {count:,} of {total:,} weights ({count / total:.1%}) sat exactly on a {str(dtype)[6:]} rounding "
-              f"tie; rounded them to nearest-even (a first update of any size would flip half of them a whole step)")
+        print(f"{name}: {count:,} of {total:,} weights ({count / total:.1%}) sat exactly on a "
+              f"{str(dtype)[6:]} rounding tie; rounded them to nearest-even (a first update of any "
+              f"size would flip half of them a whole step)")
     return count
 
 
@@ -104,16 +124,19 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     predicts completion token t. The head sees only real completion tokens, chunk_elements logits at a
     time (HeadLogprobs; 2**24 fp32 logits = 64 MB); padding positions get log-prob and entropy 0. Backward
     recomputes the logits unless all of them fit in keep_elements (2**28 = 1 GiB): then they are kept."""
-    head, valid = model.get_output_embeddings(), completion_mask.bool()                # valid: (B, C)
+    # valid: (B, C)
+    head, valid = model.get_output_embeddings(), completion_mask.bool()
     hidden = completion_hidden(model.get_decoder(), prompt_ids, prompt_mask, completion_ids, completion_mask,
-                               autocast_dtype)[valid]       # (N, H): only the N real completion tokens
+                               # (N, H): only the N real completion tokens
+                               autocast_dtype)[valid]
     # MiniMax-M1: the LM head in FP32, hidden state and weight both cast up before the matmul
     with torch.autocast(hidden.device.type, enabled=False):
         logp, entropy = HeadLogprobs.apply(hidden.float(), head.weight.float(), completion_ids[valid], temperature,
                                            max(1, chunk_elements // head.weight.shape[0]),
                                            torch.is_grad_enabled() and len(hidden) * len(head.weight) <= keep_elements)
     zeros = torch.zeros(valid.shape, device=valid.device)
-    return zeros.masked_scatter(valid, logp), zeros.masked_scatter(valid, entropy)       # (B, C) each
+    # (B, C) each
+    return zeros.masked_scatter(valid, logp), zeros.masked_scatter(valid, entropy)
 
 
 def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_mask, autocast_dtype=None):
@@ -125,18 +148,25 @@ def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_
     round-off) at the cost of one prompt instead of G. (Not under HF's gradient checkpointing: it drops caches.)"""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+C)
     attention_mask = torch.cat([prompt_mask, completion_mask.long()], dim=1)       # (B, P+C)
-    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # left padding must not shift positions
+    # left padding must not shift positions
+    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     P = prompt_ids.shape[1]
-    prompts, row_prompt = torch.cat([prompt_ids, prompt_mask], 1).unique(dim=0, return_inverse=True)  # (U, 2P), (B,)
-    with torch.autocast(input_ids.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-        if len(prompts) == len(prompt_ids) or body.is_gradient_checkpointing:     # one pass over prompt + answer
+    # (U, 2P), (B,)
+    prompts, row_prompt = torch.cat([prompt_ids, prompt_mask], 1).unique(dim=0, return_inverse=True)
+    device_type, enabled = input_ids.device.type, autocast_dtype is not None
+    with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=enabled):
+        # one pass over prompt + answer
+        if len(prompts) == len(prompt_ids) or body.is_gradient_checkpointing:
             return body(input_ids=input_ids, attention_mask=attention_mask,
                         position_ids=position_ids).last_hidden_state[:, P - 1:-1]
         prompt = body(input_ids=prompts[:, :P], attention_mask=prompts[:, P:], use_cache=True,
-                      position_ids=(prompts[:, P:].cumsum(1) - 1).clamp(min=0))   # (U, P, H) and its KV cache
-        prompt.past_key_values.batch_select_indices(row_prompt)                    # each answer gets its prompt's
+                      # (U, P, H) and its KV cache
+                      position_ids=(prompts[:, P:].cumsum(1) - 1).clamp(min=0))
+        # each answer gets its prompt's
+        prompt.past_key_values.batch_select_indices(row_prompt)
         answers = body(input_ids=completion_ids, attention_mask=attention_mask, position_ids=position_ids[:, P:],
-                       past_key_values=prompt.past_key_values, use_cache=True).last_hidden_state   # (B, C, H)
+                       # (B, C, H)
+                       past_key_values=prompt.past_key_values, use_cache=True).last_hidden_state
     return torch.cat([prompt.last_hidden_state[row_prompt, -1:], answers[:, :-1]], dim=1)
 
 
@@ -173,13 +203,18 @@ class HeadLogprobs(torch.autograd.Function):
         grad_hidden, grad_weight = torch.zeros_like(hidden), torch.zeros_like(weight)
         for k, i in enumerate(range(0, hidden.shape[0], ctx.chunk)):
             h, t, s = hidden[i:i + ctx.chunk], targets[i:i + ctx.chunk], slice(i, i + ctx.chunk)
-            logp_all = ctx.kept[k] if ctx.kept else HeadLogprobs.log_softmax(h, weight, ctx.temperature)  # (n, V)
+            # (n, V)
+            logp_all = ctx.kept[k] if ctx.kept else HeadLogprobs.log_softmax(h, weight, ctx.temperature)
             p = logp_all.exp()
             if grad_entropy is not None:  # dH / dz_j = -p_j (log p_j + H), z = logits / T
                 H = -(p * logp_all).sum(-1, keepdim=True)
-                entropy_part = logp_all.add_(H).mul_(p).mul_(-grad_entropy[s, None])     # in place, (n, V)
+                # in place, (n, V)
+                entropy_part = logp_all.add_(H).mul_(p).mul_(-grad_entropy[s, None])
             # dLoss / dz, (n, V), in place of p: d log pi(t) / dz = onehot(t) - p
-            g = p.zero_() if grad_logp is None else p.mul_(-grad_logp[s, None]).scatter_add_(1, t[:, None], grad_logp[s, None])
+            if grad_logp is None:
+                g = p.zero_()
+            else:
+                g = p.mul_(-grad_logp[s, None]).scatter_add_(1, t[:, None], grad_logp[s, None])
             if grad_entropy is not None:
                 g.add_(entropy_part)
             if ctx.temperature != 1:
@@ -192,9 +227,9 @@ class HeadLogprobs(torch.autograd.Function):
 
 
 class Scorer(torch.nn.Module):
-    """completion_logprobs (or completion_values) as a module's forward. DistributedDataParallel syncs gradients
-    through hooks it sets up in forward, so under torchrun the trainer wraps this, not the HF model (whose own
-    forward would make the full bf16 logits we avoid)."""
+    """completion_logprobs (or completion_values) as a module's forward. DistributedDataParallel
+    syncs gradients through hooks it sets up in forward, so under torchrun the trainer wraps this,
+    not the HF model (whose own forward would make the full bf16 logits we avoid)."""
 
     def __init__(self, model, fn=None):
         super().__init__()
@@ -208,7 +243,8 @@ class Scorer(torch.nn.Module):
 # the critic of ppo / vapo: the policy's base network with a scalar head, V(s_t) at every position
 
 def load_critic(path):
-    """A value model from a causal-LM folder (a fresh head, zero: V = 0 until trained) or from a saved critic."""
+    """A value model from a causal-LM folder (a fresh head, zero: V = 0 until trained) or from a
+    saved critic."""
     from transformers import AutoModelForTokenClassification
     critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     if not os.path.exists(os.path.join(path, "critic.json")):
@@ -220,9 +256,10 @@ def load_critic(path):
 
 def completion_values(critic, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=None,
                       autocast_dtype=None):
-    """V(s_t) before each completion token, (B, C) in fp32, 0 on padding (the value head in fp32, as the LM head;
-    temperature is unused: the argument list is completion_logprobs')."""
-    hidden = completion_hidden(critic.base_model, prompt_ids, prompt_mask, completion_ids, completion_mask, autocast_dtype)
+    """V(s_t) before each completion token, (B, C) in fp32, 0 on padding (the value head in fp32, as
+    the LM head; temperature is unused: the argument list is completion_logprobs')."""
+    hidden = completion_hidden(critic.base_model, prompt_ids, prompt_mask, completion_ids,
+                               completion_mask, autocast_dtype)
     with torch.autocast(hidden.device.type, enabled=False):
         values = F.linear(hidden.float(), critic.score.weight.float(), critic.score.bias).squeeze(-1)
     return values * completion_mask
@@ -230,7 +267,8 @@ def completion_values(critic, prompt_ids, prompt_mask, completion_ids, completio
 
 def save_critic(path, critic):
     critic.save_pretrained(path)
-    json.dump({"trained": True}, open(os.path.join(path, "critic.json"), "w"))  # a saved head is kept on load
+    # a saved head is kept on load
+    json.dump({"trained": True}, open(os.path.join(path, "critic.json"), "w"))
 
 
 # -----------------------------------------------------------------------------
@@ -266,10 +304,10 @@ def is_complete_checkpoint(path):
 
 
 def recover_checkpoint(ckpt_dir):
-    """No ckpt_dir but a complete ckpt.tmp or ckpt.old: save_checkpoint crashed between its
-    renames. Finish the swap: ckpt.tmp is the newer checkpoint (complete before the renames began),
-    so it wins; ckpt.old is the fallback when no complete ckpt.tmp exists. Under DDP every rank may
-    get here at once: a rename another rank made first fails, and the loop finds ckpt_dir in place."""
+    """No ckpt_dir but a complete ckpt.tmp or ckpt.old: save_checkpoint crashed between its renames.
+    Finish the swap: ckpt.tmp is the newer checkpoint (complete before the renames began), so it
+    wins; ckpt.old is the fallback when no complete ckpt.tmp exists. Under DDP every rank may get
+    here at once: a rename another rank made first fails, and the loop finds ckpt_dir in place."""
     for candidate in (ckpt_dir + ".tmp", ckpt_dir + ".old"):
         if os.path.exists(ckpt_dir):
             return

@@ -1,14 +1,17 @@
 """
-Plot and summarize runs of train.py, and say which differences between variants survive the seed spread.
+Plot and summarize runs of train.py, and say which differences between variants survive the seed
+spread.
 
-    python plot.py out/cmp/grpo_s0 out/cmp/grpo_s1 out/cmp/gspo_s0 out/cmp/gspo_s1 [--out=out/cmp/plots]
+    python plot.py out/cmp/grpo_s0 out/cmp/grpo_s1 out/cmp/gspo_s0 out/cmp/gspo_s1
+        [--out=out/cmp/plots]
 
-What it teaches: an RL curve of one seed is an anecdote. Runs are grouped into variants by their directory
-name without the seed suffix (grpo_s0, grpo_s1 -> 'grpo'); each figure overlays the variants, a mean line
-with a min-max band over seeds. The summary table gives each variant's final metrics as mean +- std over
-seeds, and the honesty rule reports a difference between two variants only when it is larger than their
-seed spreads added together (|mean_a - mean_b| > std_a + std_b, both with >= 2 seeds). Works on finished
-and on still-running runs (it reads log.jsonl as far as it goes).
+What it teaches: an RL curve of one seed is an anecdote. Runs are grouped into variants by their
+directory name without the seed suffix (grpo_s0, grpo_s1 -> 'grpo'); each figure overlays the
+variants, a mean line with a min-max band over seeds. The summary table gives each variant's final
+metrics as mean +- std over seeds, and the honesty rule reports a difference between two variants
+only when it is larger than their seed spreads added together (|mean_a - mean_b| > std_a + std_b,
+both with >= 2 seeds). Works on finished and on still-running runs (it reads log.jsonl as far as it
+goes).
 """
 import argparse
 import itertools
@@ -26,21 +29,23 @@ import matplotlib.pyplot as plt  # noqa: E402
 FIGURES = {
     'reward': ['reward'], 'eval_accuracy': ['eval/accuracy'], 'entropy': ['entropy'],
     'completion_len': ['completion_len_correct', 'completion_len_wrong'],
-    'clip_frac': ['loss/clip_frac_low', 'loss/clip_frac_high'], 'degenerate_frac': ['degenerate_frac'],
+    'clip_frac': ['loss/clip_frac_low', 'loss/clip_frac_high'],
+    'degenerate_frac': ['degenerate_frac'],
     'rollout_mismatch': ['rollout_mismatch'], 'cov_logp_adv': ['loss/cov_logp_adv'],
     'value_loss': ['value/loss'], 'value_explained_var': ['value/explained_var'],
     'token_weight_short_long': ['token_weight_short_long'],
 }
 STYLES = ['-', '--', ':']
 # the summary's columns; step_seconds = rollout + train + sync seconds of a step (added by read_log)
-SUMMARY = ['reward', 'eval/accuracy', 'entropy', 'completion_len', 'loss/clip_frac', 'degenerate_frac',
-           'rollout_mismatch', 'step_seconds']
+SUMMARY = ['reward', 'eval/accuracy', 'entropy', 'completion_len', 'loss/clip_frac',
+           'degenerate_frac', 'rollout_mismatch', 'step_seconds']
 LAST_N = 3  # a run's final value of a training metric: the mean of its last 3 records that have it
 
 
 def read_log(run_dir):
-    """The records of run_dir/log.jsonl sorted by step; a step logged twice (a resumed run appends) keeps its
-    last record (train and eval records of one step are kept apart). A half-written last line is ignored."""
+    """The records of run_dir/log.jsonl sorted by step; a step logged twice (a resumed run appends)
+    keeps its last record (train and eval records of one step are kept apart). A half-written last
+    line is ignored."""
     records = {}
     try:
         lines = open(os.path.join(run_dir, 'log.jsonl')).readlines()
@@ -52,7 +57,8 @@ def read_log(run_dir):
         except ValueError:
             continue
         if isinstance(r, dict) and 'step' in r:
-            times = [r[k] for k in ('rollout_seconds', 'train_seconds', 'sync_seconds') if is_number(r.get(k))]
+            times = [r[k] for k in ('rollout_seconds', 'train_seconds', 'sync_seconds')
+                     if is_number(r.get(k))]
             if times:
                 r['step_seconds'] = sum(times)
             records[(r['step'], is_eval(r))] = r
@@ -73,7 +79,8 @@ def variant_name(run_dir):
 
 
 def load_runs(run_dirs):
-    """{variant: {run_dir: records}}, in the order given; runs without a record yet are left out (and said)."""
+    """{variant: {run_dir: records}}, in the order given; runs without a record yet are left out
+    (and said)."""
     runs = {}
     for d in run_dirs:
         records = read_log(d)
@@ -90,7 +97,8 @@ def series(records, key):
 
 
 def final_value(records, key):
-    """A run's final value: the last eval record for eval/ keys, else the mean of the last 3; None if absent."""
+    """A run's final value: the last eval record for eval/ keys, else the mean of the last 3; None
+    if absent."""
     values = [v for _, v in series(records, key)]
     if not values:
         return None
@@ -98,8 +106,9 @@ def final_value(records, key):
 
 
 def final_metrics(runs, keys=SUMMARY):
-    """{variant: {key: (mean, std, n)}} over the variant's runs that have the key; std is the sample std
-    (n - 1 in the denominator), 0.0 for a single run. Keys no run of the variant has are absent."""
+    """{variant: {key: (mean, std, n)}} over the variant's runs that have the key; std is the sample
+    std (n - 1 in the denominator), 0.0 for a single run. Keys no run of the variant has are
+    absent."""
     out = {}
     for variant, by_run in runs.items():
         out[variant] = {}
@@ -112,11 +121,13 @@ def final_metrics(runs, keys=SUMMARY):
 
 
 def differences(stats):
-    """The honesty rule: lines naming each (metric, pair of variants) whose means differ by more than the sum
-    of their stds, both with >= 2 seeds; says so when nothing does, and which variants cannot be judged."""
+    """The honesty rule: lines naming each (metric, pair of variants) whose means differ by more
+    than the sum of their stds, both with >= 2 seeds; says so when nothing does, and which variants
+    cannot be judged."""
     found, compared, variants = [], 0, list(stats)
     for key, (a, b) in itertools.product(SUMMARY, itertools.combinations(variants, 2)):
-        if key not in stats[a] or key not in stats[b] or min(stats[a][key][2], stats[b][key][2]) < 2:
+        if (key not in stats[a] or key not in stats[b]
+                or min(stats[a][key][2], stats[b][key][2]) < 2):
             continue
         compared += 1
         hi, lo = sorted((a, b), key=lambda v: -stats[v][key][0])
@@ -127,8 +138,9 @@ def differences(stats):
     if len(variants) < 2:
         found.append("- Only one variant: nothing to compare.")
     elif not found:
-        found.append(f"- No difference exceeds the seed spread ({compared} metric/pair comparisons)."
-                     if compared else "- No pair of variants has >= 2 seeds of a metric: nothing can be compared.")
+        found.append(f"- No difference exceeds the seed spread ({compared} metric/pair "
+                     "comparisons)." if compared else
+                     "- No pair of variants has >= 2 seeds of a metric: nothing can be compared.")
     for v in variants:
         if max((n for _, _, n in stats[v].values()), default=0) < 2:
             found.append(f"- {v} has only one seed: no claim can be made about it.")
@@ -136,7 +148,8 @@ def differences(stats):
 
 
 def summary_table(runs):
-    """Markdown: one row per variant, final metrics as mean ± std over seeds, then the honesty rule."""
+    """Markdown: one row per variant, final metrics as mean ± std over seeds, then the honesty
+    rule."""
     stats = final_metrics(runs)
     keys = [k for k in SUMMARY if any(k in s for s in stats.values())]
     lines = ['| variant | seeds | ' + ' | '.join(keys) + ' |', '|---' * (len(keys) + 2) + '|']
@@ -148,16 +161,18 @@ def summary_table(runs):
             cells.append(cell + (f' (n={n})' if 0 < n < len(runs[variant]) else ''))
         lines.append(f'| {variant} | {len(runs[variant])} | ' + ' | '.join(cells) + ' |')
     return '\n'.join([
-        f"Final values: mean ± sample std over seeds; a run's final value is the mean of its last {LAST_N} "
-        "training records (the last eval for eval/accuracy); step_seconds = rollout + train + sync.", '',
+        "Final values: mean ± sample std over seeds; a run's final value is the mean of its last "
+        f"{LAST_N} training records (the last eval for eval/accuracy); "
+        "step_seconds = rollout + train + sync.", '',
         *lines, '', '## Differences beyond seed spread', '',
         'Reported when |mean_a - mean_b| > std_a + std_b and both variants have >= 2 seeds.', '',
         *differences(stats)]) + '\n'
 
 
 def plot_figure(runs, name, keys, path):
-    """One PNG: every variant in its own color, one line style per key; several seeds: mean and min-max band.
-    At each step the mean is over the seeds that logged it. False if no run has any of the keys."""
+    """One PNG: every variant in its own color, one line style per key; several seeds: mean and
+    min-max band. At each step the mean is over the seeds that logged it. False if no run has any of
+    the keys."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = False
     for color, (variant, by_run) in zip(plt.cm.tab10.colors * 10, runs.items()):
@@ -171,14 +186,16 @@ def plot_figure(runs, name, keys, path):
             steps = sorted(at_step)
             label = variant + (f' {key}' if len(keys) > 1 else '')
             label += f' ({len(by_run)} seeds)' if len(by_run) > 1 else ''
-            ax.plot(steps, [statistics.mean(at_step[s]) for s in steps], style, color=color, label=label,
-                    marker='o' if len(steps) < 12 else None)
+            ax.plot(steps, [statistics.mean(at_step[s]) for s in steps], style, color=color,
+                    label=label, marker='o' if len(steps) < 12 else None)
             if len(by_run) > 1:
-                ax.fill_between(steps, [min(at_step[s]) for s in steps], [max(at_step[s]) for s in steps],
+                ax.fill_between(steps, [min(at_step[s]) for s in steps],
+                                [max(at_step[s]) for s in steps],
                                 color=color, alpha=0.2, linewidth=0)
             drawn = True
     if drawn:
-        band = ' (mean, band: min-max over seeds)' if any(len(by_run) > 1 for by_run in runs.values()) else ''
+        band = (' (mean, band: min-max over seeds)'
+                if any(len(by_run) > 1 for by_run in runs.values()) else '')
         ax.set(xlabel='step', ylabel=' / '.join(keys), title=name + band)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -189,8 +206,8 @@ def plot_figure(runs, name, keys, path):
 
 
 def plot_runs(run_dirs, out_dir=None):
-    """Every figure that has data and summary.md into out_dir (default: <common parent of the runs>/plots).
-    Returns (written paths, summary text)."""
+    """Every figure that has data and summary.md into out_dir (default: <common parent of the
+    runs>/plots). Returns (written paths, summary text)."""
     runs = load_runs(run_dirs)
     if out_dir is None:
         parent = os.path.commonpath([os.path.dirname(os.path.abspath(d)) for d in run_dirs])
@@ -208,9 +225,11 @@ def plot_runs(run_dirs, out_dir=None):
 
 
 if __name__ == '__main__':
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    # the description: the docstring's first paragraph (one sentence, wrapped), on one line
+    parser = argparse.ArgumentParser(description=' '.join(__doc__.strip().split('\n\n')[0].split()))
     parser.add_argument('run_dirs', nargs='+', help='run directories (each holds a log.jsonl)')
-    parser.add_argument('--out', default=None, help='where PNGs and summary.md go (default: <common parent>/plots)')
+    parser.add_argument('--out', default=None,
+                        help='where PNGs and summary.md go (default: <common parent>/plots)')
     args = parser.parse_args()
     paths, text = plot_runs(args.run_dirs, args.out)
     print(text)

@@ -47,7 +47,8 @@ def _last_match(pattern, text):
 
 
 def _to_number(text):
-    """'1,000' -> Fraction(1000), '72.0' -> Fraction(72); None if not exactly a NUMBER or too long."""
+    """'1,000' -> Fraction(1000), '72.0' -> Fraction(72); None if not exactly a NUMBER or too
+    long."""
     if len(text) > MAX_NUMBER_CHARS or not NUMBER.fullmatch(text):
         return None
     return Fraction(text.replace(",", ""))
@@ -79,21 +80,23 @@ def arithmetic_format(completion):
 
 
 # ----------------------------------------------------------------------------
-# countdown (TinyZero): answer = {"target": T, "numbers": [...]}; the model writes <answer> EXPR </answer>.
-# Rules: EXPR combines ALL the given numbers, each exactly once (as a multiset: a number given twice may
-# be used twice), with binary + - * / and parentheses only. No unary minus (every operator combines two
-# numbers: "-3" is not one of the given numbers), no ** or //, no other literals. Division is exact
-# (Fraction), so a non-integer intermediate such as 6 / (1 - 3/4) = 24 is allowed, as TinyZero's true
-# division allows it; the final value must equal the target exactly (TinyZero compares floats within 1e-5).
-# Division by zero is wrong. TinyZero checks characters with a regex and then calls eval(); we never eval.
-# Caps, checked before parsing so hostile output is rejected in microseconds: at most 200 characters,
-# parentheses nested at most 10 deep, literals of at most 6 digits. An answer over a cap is wrong.
+# countdown (TinyZero): answer = {"target": T, "numbers": [...]}; the model writes <answer> EXPR
+# </answer>. Rules: EXPR combines ALL the given numbers, each exactly once (as a multiset: a number
+# given twice may be used twice), with binary + - * / and parentheses only. No unary minus (every
+# operator combines two numbers: "-3" is not one of the given numbers), no ** or //, no other
+# literals. Division is exact (Fraction), so a non-integer intermediate such as 6 / (1 - 3/4) = 24
+# is allowed, as TinyZero's true division allows it; the final value must equal the target exactly
+# (TinyZero compares floats within 1e-5). Division by zero is wrong. TinyZero checks characters with
+# a regex and then calls eval(); we never eval. Caps, checked before parsing so hostile output is
+# rejected in microseconds: at most 200 characters, parentheses nested at most 10 deep, literals of
+# at most 6 digits. An answer over a cap is wrong.
 
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 MAX_EXPRESSION_CHARS = 200
 MAX_NESTING = 10
 MAX_LITERAL_DIGITS = 6
-EXPRESSION_CHARS = re.compile(r"[0-9+\-*/() ]*")  # [0-9], not \d: \d also matches unicode digits ('٣')
+# [0-9], not \d: \d also matches unicode digits ('٣')
+EXPRESSION_CHARS = re.compile(r"[0-9+\-*/() ]*")
 OPERATORS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__,
              ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
 
@@ -107,10 +110,12 @@ def last_answer_block(completion):
 
 
 def evaluate_expression(node):
-    """Exact value of an arithmetic AST with int literals and + - * / only; ValueError on anything else."""
+    """Exact value of an arithmetic AST with int literals and + - * / only; ValueError on anything
+    else."""
     if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
         return OPERATORS[type(node.op)](evaluate_expression(node.left), evaluate_expression(node.right))
-    if isinstance(node, ast.Constant) and type(node.value) is int:  # type() is int: rejects True/False
+    # type() is int: rejects True/False
+    if isinstance(node, ast.Constant) and type(node.value) is int:
         return Fraction(node.value)
     raise ValueError(f"not allowed in an answer: {type(node).__name__}")
 
@@ -120,15 +125,18 @@ def countdown_reward(completion, answer):
     # Cheap checks first, all before parsing: length, characters, literals, nesting.
     if expression is None or len(expression) > MAX_EXPRESSION_CHARS:
         return 0.0
-    expression = " ".join(expression.split())  # newlines and tabs to spaces; no leading space for ast
+    # newlines and tabs to spaces; no leading space for ast
+    expression = " ".join(expression.split())
     if not EXPRESSION_CHARS.fullmatch(expression):
         return 0.0
     # With only these characters, every run of digits is one integer literal of the expression.
     literals = re.findall(r"[0-9]+", expression)
     if any(len(x) > MAX_LITERAL_DIGITS for x in literals):
         return 0.0
-    if sorted(int(x) for x in literals) != sorted(answer["numbers"]):  # each number exactly once (this
-        return 0.0                                                       # also caps the literal count)
+    # each number exactly once (this
+    if sorted(int(x) for x in literals) != sorted(answer["numbers"]):
+        # also caps the literal count)
+        return 0.0
     depth = accumulate(1 if c == "(" else -1 if c == ")" else 0 for c in expression)
     if max(depth, default=0) > MAX_NESTING:
         return 0.0
@@ -146,11 +154,11 @@ def countdown_format(completion):
 
 
 # ----------------------------------------------------------------------------
-# gsm8k: answer = "72". GSM8K's reference solutions end with "#### 72" and the prompt asks for that form,
-# which models usually follow. The answer is the number right after the last '####' (spaces and '$'
-# skipped), like lm-eval's strict match; a '####' with no number after it is wrong. Without any '####', it
-# is the last number in the completion (like lm-eval's flexible match). Compared as numbers: "1,000"
-# equals 1000, "72.0" equals 72.
+# gsm8k: answer = "72". GSM8K's reference solutions end with "#### 72" and the prompt asks for that
+# form, which models usually follow. The answer is the number right after the last '####' (spaces
+# and '$' skipped), like lm-eval's strict match; a '####' with no number after it is wrong. Without
+# any '####', it is the last number in the completion (like lm-eval's flexible match). Compared as
+# numbers: "1,000" equals 1000, "72.0" equals 72.
 
 def _number_after_marker(tail):
     return NUMBER.match(tail.rsplit("####", 1)[1].lstrip(" \t$")) if "####" in tail else None
@@ -172,10 +180,11 @@ def gsm8k_format(completion):
 
 
 # ----------------------------------------------------------------------------
-# dapo_math, aime24: answer = "34". The DAPO prompt asks for "Answer: $Answer" on the last line. The answer
-# is the text after the LAST "Answer:" (any case, as verl's math_dapo), up to the end of its line, with
-# spaces, '$', '*', a trailing '.' and a \boxed{...} around it removed; it must then be exactly one number,
-# so "Answer: 34 or 35" is wrong. Compared as integers: "034" and "34.0" equal 34.
+# dapo_math, aime24: answer = "34". The DAPO prompt asks for "Answer: $Answer" on the last line. The
+# answer is the text after the LAST "Answer:" (any case, as verl's math_dapo), up to the end of its
+# line, with spaces, '$', '*', a trailing '.' and a \boxed{...} around it removed; it must then be
+# exactly one number, so "Answer: 34 or 35" is wrong. Compared as integers: "034" and "34.0" equal
+# 34.
 
 ANSWER_LINE = re.compile(r"answer\s*:([^\n]*)", re.IGNORECASE)
 
@@ -266,7 +275,8 @@ def time_limit(seconds):
 
 
 def safe_score(reward_fn, completion, answer, timeout=1.0):
-    """(score, None), or (0.0, the exception) when reward_fn raises or runs past `timeout` seconds."""
+    """(score, None), or (0.0, the exception) when reward_fn raises or runs past `timeout`
+    seconds."""
     try:
         with time_limit(timeout):
             return float(reward_fn(completion, answer)), None

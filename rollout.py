@@ -22,8 +22,10 @@ import os
 import torch
 import torch.nn.functional as F
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process, not a child
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")          # GiB of KV cache when vLLM runs on CPU
+# engine core in this process, not a child
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# GiB of KV cache when vLLM runs on CPU
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 def encode_prompts(tokenizer, prompts):
@@ -34,9 +36,10 @@ def encode_prompts(tokenizer, prompts):
 
 def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True, distributed=False,
                 sleep_mode=False):
-    """'vllm': a colocated vLLM engine on the weights in model_path; under torchrun every rank starts its own
-    (external_launcher: vLLM joins the trainer's processes instead of spawning workers). 'hf': generation
-    reuses the trainer's own model (passed later to generate): nothing to start and nothing to sync."""
+    """'vllm': a colocated vLLM engine on the weights in model_path; under torchrun every rank
+    starts its own (external_launcher: vLLM joins the trainer's processes instead of spawning
+    workers). 'hf': generation reuses the trainer's own model (passed later to generate): nothing to
+    start and nothing to sync."""
     if kind == "hf":
         return {"kind": "hf"}
     if kind != "vllm":
@@ -44,17 +47,22 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
     from vllm import LLM
     llm = LLM(model=model_path, dtype="bfloat16", enforce_eager=True, seed=seed,
               gpu_memory_utilization=gpu_memory_utilization,
-              hf_overrides={"head_dtype": "float32"} if fp32_head else None,  # MiniMax-M1: FP32 head in the sampler too
-              logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer scores them
-              enable_prefix_caching=True,  # the G samples of a prompt share its KV cache blocks (full blocks only) ...
-              block_size=None if torch.cuda.is_available() else 32,  # ... and on CPU the default block is 128 tokens
+              # MiniMax-M1: FP32 head in the sampler too
+              hf_overrides={"head_dtype": "float32"} if fp32_head else None,
+              # log-probs after temperature, as the trainer scores them
+              logprobs_mode="processed_logprobs",
+              # the G samples of a prompt share its KV cache blocks (full blocks only) ...
+              enable_prefix_caching=True,
+              # ... and on CPU the default block is 128 tokens
+              block_size=None if torch.cuda.is_available() else 32,
               distributed_executor_backend="external_launcher" if distributed else None,
               enable_sleep_mode=sleep_mode)
     return {"kind": "vllm", "llm": llm, "sleep_mode": sleep_mode}
 
 
 def sleep(engine):
-    """GPU: free the KV cache (and park the weights in CPU memory) while the trainer needs the memory."""
+    """GPU: free the KV cache (and park the weights in CPU memory) while the trainer needs the
+    memory."""
     if engine.get("sleep_mode"):
         engine["llm"].sleep(level=1)
 
@@ -179,14 +187,16 @@ def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversamp
                             samples_correct=0.0)
     while True:
         total_live, ranks_without = reduce_sum(counts['groups_live']), reduce_sum(int(counts['groups_live'] == 0))
-        if (total_live >= prompts_per_step and ranks_without == 0) or (max_rounds and counts['gen_rounds'] >= max_rounds):
+        enough = total_live >= prompts_per_step and ranks_without == 0
+        if enough or (max_rounds and counts['gen_rounds'] >= max_rounds):
             break
         counts['gen_rounds'] += 1
         missing = max(prompts_per_step - total_live, world_size)
         batch = rollout_fn(next_rows(math.ceil(missing * oversample / world_size)))
         correct = batch['correct'].view(-1, group_size)                          # (groups, G)
         is_live = correct.max(1).values != correct.min(1).values                 # (groups,)
-        live = is_live.nonzero().squeeze(1)   # every live group is kept, the surplus of the last round too
+        # every live group is kept, the surplus of the last round too
+        live = is_live.nonzero().squeeze(1)
         counts['groups_sampled'] += len(is_live)
         counts['groups_degenerate'] += len(is_live) - len(live)
         counts['samples'] += correct.numel()
@@ -204,7 +214,8 @@ def select_rows(batch, rows):
 
 
 def concat_batches(batches, pad_id):
-    """Stack batches of different padded widths: prompts re-padded on the left, completions on the right."""
+    """Stack batches of different padded widths: prompts re-padded on the left, completions on the
+    right."""
     P = max(b['prompt_ids'].shape[1] for b in batches)
     C = max(b['completion_ids'].shape[1] for b in batches)
     widths = {'prompt_ids': (P, pad_id, True), 'prompt_mask': (P, 0, True), 'completion_ids': (C, pad_id, False),

@@ -1,9 +1,10 @@
-"""Run under torchrun by tests/test_ddp.py: one step on fixed samples, split over the ranks the way train.py
-splits a step, versus the same step in one process on the whole batch. It calls the functions train.py calls:
-group_advantages (with reduce_sum: adv_scale='batch' needs every rank's rewards), and for ppo / vapo the
-critic's GAE and whitening over all ranks' tokens (critic.critic_advantages), the policy's loss with VAPO's NLL
-term, and the critic's update (critic.critic_update); global token / sequence counts are all-reduced once,
-micro-batches run under no_sync, and each loss is multiplied by world_size for DDP's averaging.
+"""Run under torchrun by tests/test_ddp.py: one step on fixed samples, split over the ranks the way
+train.py splits a step, versus the same step in one process on the whole batch. It calls the
+functions train.py calls: group_advantages (with reduce_sum: adv_scale='batch' needs every rank's
+rewards), and for ppo / vapo the critic's GAE and whitening over all ranks' tokens
+(critic.critic_advantages), the policy's loss with VAPO's NLL term, and the critic's update
+(critic.critic_update); global token / sequence counts are all-reduced once, micro-batches run
+under no_sync, and each loss is multiplied by world_size for DDP's averaging.
 
     torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH"""
 import contextlib
@@ -23,8 +24,9 @@ from model import Scorer, completion_values  # noqa: E402
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, num_labels=1)
+CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  tie_word_embeddings=True, num_labels=1)
 
 
 def tiny(cls, seed):
@@ -35,15 +37,18 @@ def tiny(cls, seed):
 # fixed samples: 8 completions (2 groups of 4) of different lengths, prompts of 5 tokens
 g = torch.Generator().manual_seed(1)
 B, P, C, G = 8, 5, 7, 4
-batch = {'prompt_ids': torch.randint(1, 64, (B, P), generator=g), 'prompt_mask': torch.ones(B, P, dtype=torch.long),
+batch = {'prompt_ids': torch.randint(1, 64, (B, P), generator=g),
+         'prompt_mask': torch.ones(B, P, dtype=torch.long),
          'completion_ids': torch.randint(1, 64, (B, C), generator=g),
-         'completion_mask': (torch.arange(C)[None] < torch.tensor([7, 2, 5, 3, 6, 1, 4, 7])[:, None]).float(),
+         'completion_mask': (torch.arange(C)[None]
+                             < torch.tensor([7, 2, 5, 3, 6, 1, 4, 7])[:, None]).float(),
          'rewards': torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.3, 1.0, 0.7])}
 batch['correct'] = (batch['rewards'] > 0.5).float()
 
 
 def args_of(mb):
-    return mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'], mb['completion_mask'], 1.0, None
+    return (mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'], mb['completion_mask'], 1.0,
+            None)
 
 
 def one_step(rows, ddp, micro=2):
@@ -58,24 +63,29 @@ def one_step(rows, ddp, micro=2):
     scorer = DDP(Scorer(model)) if ddp else Scorer(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # the update is the gradient itself
     mine = {k: v[rows] for k, v in batch.items()}
-    mine['advantages'] = group_advantages(mine['rewards'], G, scale=adv_scale, reduce_sum=reduce_sum)
+    mine['advantages'] = group_advantages(mine['rewards'], G, scale=adv_scale,
+                                          reduce_sum=reduce_sum)
     counts = reduce_sum({'tokens': mine['completion_mask'].sum().item(), 'seqs': len(rows),
-                         'positive': (mine['completion_mask'] * mine['correct'][:, None]).sum().item()})
+                         'positive': (mine['completion_mask']
+                                      * mine['correct'][:, None]).sum().item()})
     mbs = [{k: v[i:i + micro] for k, v in mine.items()} for i in range(0, len(rows), micro)]
     critic = None
     if loss_type in CRITIC_LOSS_TYPES:
         critic = tiny(LlamaForTokenClassification, 1)
-        critic_scorer = DDP(Scorer(critic, completion_values)) if ddp else Scorer(critic, completion_values)
+        critic_scorer = (DDP(Scorer(critic, completion_values)) if ddp
+                         else Scorer(critic, completion_values))
         critic_optimizer = torch.optim.SGD(critic.parameters(), lr=1.0)
         with torch.no_grad():
             for mb in mbs:
                 mb['old_values'] = completion_values(critic, *args_of(mb))
-        critic_advantages(mbs, loss_type, 0.95, 0.5, reduce_sum=reduce_sum)   # alpha 0.5: lambda > 0 here
+        # alpha 0.5: lambda > 0 here
+        critic_advantages(mbs, loss_type, 0.95, 0.5, reduce_sum=reduce_sum)
     for i, mb in enumerate(mbs):
         with scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
             logp, _ = scorer(*args_of(mb))
-            loss, _ = policy_loss(loss_type, logp, logp.detach(), mb['advantages'], mb['completion_mask'],
-                                  num_tokens=counts['tokens'], num_seqs=counts['seqs'], max_new_tokens=C)
+            loss, _ = policy_loss(loss_type, logp, logp.detach(), mb['advantages'],
+                                  mb['completion_mask'], num_tokens=counts['tokens'],
+                                  num_seqs=counts['seqs'], max_new_tokens=C)
             if loss_type == 'vapo':
                 loss = loss + 0.1 * vapo_nll(logp, mb, counts['positive'])
             (loss * (world if ddp else 1)).backward()
@@ -91,7 +101,8 @@ def one_step(rows, ddp, micro=2):
 def start():
     params = [torch.cat([p.detach().flatten() for p in tiny(LlamaForCausalLM, 0).parameters()])]
     if loss_type in CRITIC_LOSS_TYPES:
-        params.append(torch.cat([p.detach().flatten() for p in tiny(LlamaForTokenClassification, 1).parameters()]))
+        params.append(torch.cat([p.detach().flatten()
+                                 for p in tiny(LlamaForTokenClassification, 1).parameters()]))
     return torch.cat(params)
 
 
@@ -99,6 +110,7 @@ def start():
 shard = list(range(rank * B // world, (rank + 1) * B // world))
 split = one_step(shard, ddp=True)
 if rank == 0:
-    torch.save({"split": split, "whole": one_step(list(range(B)), ddp=False), "start": start()}, out_path)
+    torch.save({"split": split, "whole": one_step(list(range(B)), ddp=False), "start": start()},
+               out_path)
 dist.barrier()
 dist.destroy_process_group()

@@ -22,7 +22,8 @@ def tiny():
 
 
 def save(ckpt_dir, tiny, step):
-    state = {"step": step, "model_source": MODEL_DIR, "config": {"seed": 0}, "data_cursor": 10 * step}
+    state = {"step": step, "model_source": MODEL_DIR, "config": {"seed": 0},
+             "data_cursor": 10 * step}
     save_checkpoint(ckpt_dir, *tiny, state)
 
 
@@ -61,7 +62,8 @@ def test_a_crash_between_the_renames_resumes_from_the_new_checkpoint(tmp_path, t
     with pytest.raises(KeyboardInterrupt):
         save(ckpt, tiny, 4)
     monkeypatch.undo()
-    assert not os.path.exists(ckpt) and os.path.exists(ckpt + ".old") and os.path.exists(ckpt + ".tmp")
+    assert (not os.path.exists(ckpt) and os.path.exists(ckpt + ".old")
+            and os.path.exists(ckpt + ".tmp"))
     # ckpt.tmp is complete (meta.json is in it) and newer than ckpt.old: the swap is finished
     check_loads(ckpt, 4, tiny)
     save(ckpt, tiny, 5)  # and the next save cleans up

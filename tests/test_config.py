@@ -1,4 +1,5 @@
-"""configurator.py: every bad-config case is one clear line on stderr and exit code 2, before any model loads."""
+"""configurator.py: every bad-config case is one clear line on stderr and exit code 2, before any
+model loads."""
 import ast
 import json
 import os
@@ -11,7 +12,8 @@ from conftest import ROOT
 
 
 def run_train(*args):
-    return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -25,13 +27,15 @@ def run_train(*args):
     (["--adv_scale=std"], "adv_scale='std'; valid: group, batch, none"),
     (["--overlong_buffer=99"], "overlong_buffer=99 must lie in 0..max_new_tokens=16"),
     (["--old_logp_source=vllm"], "old_logp_source='vllm'; valid: policy, rollout"),
-    (["--old_logp_source=rollout", "--rollout_engine=hf"], "old_logp_source='rollout' needs rollout_engine='vllm'"),
+    (["--old_logp_source=rollout", "--rollout_engine=hf"],
+     "old_logp_source='rollout' needs rollout_engine='vllm'"),
     (["--max_tokens_per_micro=0"], "max_tokens_per_micro must be >= 1"),
     (["--REWARDS={}"], "unknown config key 'REWARDS'"),  # imported tables are not config
     (["--LOSS_TYPES=()"], "unknown config key 'LOSS_TYPES'"),
     (["--eps_high=abc"], "eps_high='abc' is str, expected float"),  # None default, annotated
     (["--value_warmup_steps=2.5"], "value_warmup_steps=2.5 is float, expected int"),
-    (["--tis_mode=token_truncate", "--rollout_engine=hf"], "tis_mode='token_truncate' corrects for the sampler's"),
+    (["--tis_mode=token_truncate", "--rollout_engine=hf"],
+     "tis_mode='token_truncate' corrects for the sampler's"),
 ])
 def test_bad_config_is_one_clear_line(args, expected):
     result = run_train(*args)
@@ -87,7 +91,8 @@ def test_config_keys_itself_is_not_a_key(tmp_path):
 
 
 def test_overrides_apply_in_order(tmp_path):
-    """A config file, then --key=value on top; ints are accepted for floats. Checked via configurator alone."""
+    """A config file, then --key=value on top; ints are accepted for floats. Checked via
+    configurator alone."""
     cfg = tmp_path / "ok.py"
     cfg.write_text("import math\n_base = 1e-5\nlearning_rate = _base\nmax_iters = 7\n")
     head = ("learning_rate = 1.0; max_iters = 1; loss_type = 'grpo'; "
@@ -107,7 +112,8 @@ def test_none_defaults_take_their_annotated_type(tmp_path):
     assert got == "(0.0, 0.28, 3)"
     assert run_configurator(head, str(cfg), "--eps_high=None") == "(0.2, None, None)"
     for arg, error in [("--eps_high=abc", "eps_high='abc' is str, expected float"),
-                       ("--value_warmup_steps=2.5", "value_warmup_steps=2.5 is float, expected int")]:
+                       ("--value_warmup_steps=2.5",
+                        "value_warmup_steps=2.5 is float, expected int")]:
         result = configurator(head, arg)
         assert result.returncode == 2 and result.stderr.strip() == f"config error: {arg}: {error}"
 

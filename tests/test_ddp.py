@@ -1,5 +1,5 @@
-"""torchrun on CPU (gloo): the DDP update equals the single-process one, dynamic sampling stays in lockstep,
-and the headline command runs with one vLLM engine per rank, checkpoints and resumes."""
+"""torchrun on CPU (gloo): the DDP update equals the single-process one, dynamic sampling stays in
+lockstep, and the headline command runs with one vLLM engine per rank, checkpoints and resumes."""
 import json
 import os
 import random
@@ -15,7 +15,8 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
 
 
 def torchrun(*args, timeout=900):
-    result = subprocess.run([*TORCHRUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run([*TORCHRUN, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=timeout)
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-4000:])
     return result
 
@@ -24,25 +25,30 @@ def records(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
 
-@pytest.mark.parametrize("loss_type, adv_scale", [("dapo", "group"), ("grpo", "batch"), ("dr_grpo", "none"),
-                                                  ("ppo", "group"), ("vapo", "group")])
+@pytest.mark.parametrize("loss_type, adv_scale", [("dapo", "group"), ("grpo", "batch"),
+                                                  ("dr_grpo", "none"), ("ppo", "group"),
+                                                  ("vapo", "group")])
 def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale):
-    """ppo / vapo: the critic's advantages (whitened over both ranks' tokens) and its update included; grpo with
-    adv_scale='batch': the std is over both ranks' rewards."""
+    """ppo / vapo: the critic's advantages (whitened over both ranks' tokens) and its update
+    included; grpo with adv_scale='batch': the std is over both ranks' rewards."""
     out = str(tmp_path / "update.pt")
     torchrun("tests/ddp_update.py", loss_type, adv_scale, out, timeout=300)
     result = torch.load(out)
     moved = (result["whole"] - result["start"]).abs().max()
-    assert moved > 1e-4                                                  # the step did something
-    assert torch.allclose(result["split"], result["whole"], atol=1e-6)  # and the same thing on 2 ranks
+    # the step did something
+    assert moved > 1e-4
+    # and the same thing on 2 ranks
+    assert torch.allclose(result["split"], result["whole"], atol=1e-6)
 
 
 def rank_1_all_wrong(tmp_path):
-    """A data folder where rank 1 gets only prompts whose answer no completion can match (all groups all-wrong)."""
-    rows = [json.loads(line) for line in open(os.path.join(ROOT, "data", "arithmetic", "train.jsonl"))][:40]
+    """A data folder where rank 1 gets only prompts whose answer no completion can match (all
+    groups all-wrong)."""
+    rows = [json.loads(line)
+            for line in open(os.path.join(ROOT, "data", "arithmetic", "train.jsonl"))][:40]
     order = list(range(len(rows)))
-    random.Random(0).shuffle(order)                # train.py's order for seed=0
-    for position, index in enumerate(order):       # rank r takes positions r, r + 2, ... of the order
+    random.Random(0).shuffle(order)           # train.py's order for seed=0
+    for position, index in enumerate(order):  # rank r takes positions r, r + 2, ... of the order
         if position % 2 == 1:
             rows[index]["answer"] = "-12345"
     data = tmp_path / "data"
@@ -53,37 +59,42 @@ def rank_1_all_wrong(tmp_path):
 
 
 def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp_path):
-    """Rank 1 sees only all-wrong groups: both ranks take the same rounds, skip the update together, and the
-    run ends instead of hanging."""
+    """Rank 1 sees only all-wrong groups: both ranks take the same rounds, skip the update together,
+    and the run ends instead of hanging."""
     data = rank_1_all_wrong(tmp_path)
     out_dir = str(tmp_path / "run")
-    torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}", "--rollout_engine=hf",
-             "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8", "--eval_interval=0", "--max_iters=2",
-             "--dynamic_sampling=True", "--max_gen_batches=2", timeout=600)
-    steps = records(out_dir)
-    assert [r["step"] for r in steps] == [1, 2]
-    for r in steps:
-        assert r["skipped"] == 1 and r["gen_rounds"] == 2   # same rounds on both ranks, no update, no hang
-
-
-def test_skip_zero_adv_when_one_rank_has_no_live_group(tmp_path):
-    """Without dynamic sampling, rank 1's groups all have advantage 0: skip_zero_adv leaves it one group (zero
-    gradient) so that its backward meets rank 0's in DDP's all-reduce; the steps finish, fewer rows trained."""
-    data = rank_1_all_wrong(tmp_path)
-    out_dir = str(tmp_path / "run")
-    torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}", "--rollout_engine=hf",
-             "--prompts_per_step=4", "--group_size=8", "--max_new_tokens=16", "--eval_interval=0", "--max_iters=2",
+    torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}",
+             "--rollout_engine=hf", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
+             "--eval_interval=0", "--max_iters=2", "--dynamic_sampling=True", "--max_gen_batches=2",
              timeout=600)
     steps = records(out_dir)
     assert [r["step"] for r in steps] == [1, 2]
-    assert any(r["reward"] > 0 and r["grad_norm"] > 0 for r in steps)   # rank 0 had a live group: a real gradient
+    for r in steps:
+        # same rounds on both ranks, no update, no hang
+        assert r["skipped"] == 1 and r["gen_rounds"] == 2
+
+
+def test_skip_zero_adv_when_one_rank_has_no_live_group(tmp_path):
+    """Without dynamic sampling, rank 1's groups all have advantage 0: skip_zero_adv leaves it one
+    group (zero gradient) so that its backward meets rank 0's in DDP's all-reduce; the steps finish,
+    fewer rows trained."""
+    data = rank_1_all_wrong(tmp_path)
+    out_dir = str(tmp_path / "run")
+    torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}",
+             "--rollout_engine=hf", "--prompts_per_step=4", "--group_size=8", "--max_new_tokens=16",
+             "--eval_interval=0", "--max_iters=2", timeout=600)
+    steps = records(out_dir)
+    assert [r["step"] for r in steps] == [1, 2]
+    # rank 0 had a live group: a real gradient
+    assert any(r["reward"] > 0 and r["grad_norm"] > 0 for r in steps)
     for r in steps:  # rank 1 trains 1 of its 2 groups: at most 3 of the 4 groups in all
         assert "skipped" not in r and r["trained_frac"] < 1
 
 def test_torchrun_vllm_two_steps_checkpoint_and_resume(tmp_path):
     out_dir = str(tmp_path / "run")
-    tiny = ["train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", "--prompts_per_step=2", "--group_size=4",
-            "--max_new_tokens=8", "--micro_batch_size=4", "--eval_interval=2", "--eval_problems=4", "--eval_samples=2"]
+    tiny = ["train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", "--prompts_per_step=2",
+            "--group_size=4", "--max_new_tokens=8", "--micro_batch_size=4", "--eval_interval=2",
+            "--eval_problems=4", "--eval_samples=2"]
     torchrun(*tiny, "--max_iters=2")
     meta = json.load(open(os.path.join(out_dir, "ckpt", "meta.json")))
     assert meta["step"] == 2 and meta["world"] == {"world_size": 2}
@@ -92,8 +103,11 @@ def test_torchrun_vllm_two_steps_checkpoint_and_resume(tmp_path):
     log = records(out_dir)
     steps = [r for r in log if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2, 3]
-    # evals at 0, at the end of the first run (2), again where the resumed run starts (a killed run may not
-    # have reached that eval), and at the end (3)
+    # evals at 0, at the end of the first run (2), again where the resumed run starts (a killed run
+    # may not have reached that eval), and at the end (3)
     assert [r["step"] for r in log if "eval/accuracy" in r] == [0, 2, 2, 3]
     for r in steps:
-        assert 0 <= r["rollout_mismatch"] < 0.5 and r["grad_norm"] >= 0 and 0.3 < r["entropy"] < 6
+        # a mean over tokens of two bf16 kernels' round-off: 0.02-0.03 on AMD EPYC and Intel Xeon AMX
+        assert 0 <= r["rollout_mismatch"] < 0.5 and 0.3 < r["entropy"] < 6
+        # a gradient exactly when some group's answers disagree
+        assert (r["grad_norm"] > 0) == (r["degenerate_frac"] < 1), r

@@ -40,17 +40,21 @@ def engine_logprobs(engine, prompt_ids, completion_ids):
 
 def trainer_logprobs(model, prompt_ids, completion_ids):
     with torch.no_grad():
-        logp, _ = completion_logprobs(model, torch.tensor([prompt_ids]), torch.ones(1, len(prompt_ids), dtype=torch.long),
-                                      torch.tensor([completion_ids]), torch.ones(1, len(completion_ids)), 1.0, torch.bfloat16)
+        logp, _ = completion_logprobs(model, torch.tensor([prompt_ids]),
+                                      torch.ones(1, len(prompt_ids), dtype=torch.long),
+                                      torch.tensor([completion_ids]),
+                                      torch.ones(1, len(completion_ids)), 1.0, torch.bfloat16)
     return logp[0]
 
 
 def check_batch(batch, tokenizer, n_prompts, prompt_ids, stops):
     B = n_prompts * G
-    assert batch["prompt_ids"].shape[0] == B and batch["prompt_mask"].shape == batch["prompt_ids"].shape
+    assert (batch["prompt_ids"].shape[0] == B
+            and batch["prompt_mask"].shape == batch["prompt_ids"].shape)
     C = batch["completion_ids"].shape[1]
     assert 1 <= C <= MAX_NEW
-    assert batch["completion_mask"].shape == (B, C) and batch["completion_mask"].dtype == torch.float32
+    assert (batch["completion_mask"].shape == (B, C)
+            and batch["completion_mask"].dtype == torch.float32)
     assert batch["truncated"].shape == (B,) and batch["truncated"].dtype == torch.bool
     assert len(batch["completions"]) == B
     for i in range(B):
@@ -60,7 +64,8 @@ def check_batch(batch, tokenizer, n_prompts, prompt_ids, stops):
         assert batch["prompt_mask"][i, -n:].all() and not batch["prompt_mask"][i, :-n].any()
         # right-padded completion: mask is a prefix; it ends on a stop id unless cut at MAX_NEW
         length = int(batch["completion_mask"][i].sum().item())
-        assert batch["completion_mask"][i, :length].all() and not batch["completion_mask"][i, length:].any()
+        assert (batch["completion_mask"][i, :length].all()
+                and not batch["completion_mask"][i, length:].any())
         ends_with_eos = batch["completion_ids"][i, length - 1].item() in stops
         assert batch["truncated"][i].item() == (not ends_with_eos)
         if batch["truncated"][i]:
@@ -72,7 +77,8 @@ def check_batch(batch, tokenizer, n_prompts, prompt_ids, stops):
 def test_both_engines_return_the_same_structure(setup):
     model, tokenizer, engine, prompt_ids = setup
     vllm_batch = generate(engine, tokenizer, prompt_ids, G, MAX_NEW, 1.0)
-    hf_batch = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, G, MAX_NEW, 1.0, model=model)
+    hf_batch = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, G, MAX_NEW, 1.0,
+                        model=model)
     assert set(vllm_batch) == set(hf_batch)
     stops = stop_token_ids(tokenizer, model.generation_config)
     check_batch(vllm_batch, tokenizer, len(PROMPTS), prompt_ids, stops)
@@ -80,13 +86,15 @@ def test_both_engines_return_the_same_structure(setup):
     assert hf_batch["rollout_logp"] is None
     rl = vllm_batch["rollout_logp"]
     assert rl.shape == vllm_batch["completion_mask"].shape
-    assert (rl[vllm_batch["completion_mask"] == 0] == 0).all() and (rl[vllm_batch["completion_mask"] == 1] <= 0).all()
+    assert ((rl[vllm_batch["completion_mask"] == 0] == 0).all()
+            and (rl[vllm_batch["completion_mask"] == 1] <= 0).all())
     # the sampler's log-probs are the trainer's (FP32 head, bf16 body) of the same tokens: the mean
     # gap is two bf16 kernels' round-off, 0.02-0.03 nats per token on an AMD EPYC and an Intel Xeon
     # (AMX); log-probs one token off, or of another model, differ by nats (1.7 one token off)
     with torch.no_grad():
         logp, _ = completion_logprobs(model, vllm_batch["prompt_ids"], vllm_batch["prompt_mask"],
-                                      vllm_batch["completion_ids"], vllm_batch["completion_mask"], 1.0, torch.bfloat16)
+                                      vllm_batch["completion_ids"], vllm_batch["completion_mask"],
+                                      1.0, torch.bfloat16)
     m = vllm_batch["completion_mask"]
     assert ((logp - rl).abs() * m).sum() / m.sum() < 0.2
 
@@ -106,8 +114,10 @@ def test_weight_sync_after_an_optimizer_step(setup):
     # one optimizer step that raises the probability of this completion
     params_before = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    logp, _ = completion_logprobs(model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long),
-                                  torch.tensor([completion]), torch.ones(1, len(completion)), 1.0, torch.bfloat16)
+    logp, _ = completion_logprobs(model, torch.tensor([prompt]),
+                                  torch.ones(1, len(prompt), dtype=torch.long),
+                                  torch.tensor([completion]), torch.ones(1, len(completion)), 1.0,
+                                  torch.bfloat16)
     (-logp.sum()).backward()
     optimizer.step()
     changed = sum(not torch.equal(p, params_before[n]) for n, p in model.named_parameters())

@@ -1,7 +1,8 @@
 """Tests for losses.py. Run from the repo root: python -m pytest -q tests/test_losses.py
 
-Every gradient below is checked against a hand derivation written out in the test (comment + explicit
-formula), never against the same code path. Sign convention: policy_loss returns -J, so d loss/d logp = -dJ/d logp.
+Every gradient below is checked against a hand derivation written out in the test (comment +
+explicit formula), never against the same code path. Sign convention: policy_loss returns -J, so
+d loss/d logp = -dJ/d logp.
 """
 import math
 import os
@@ -20,11 +21,13 @@ D = torch.float64
 
 
 def close(actual, expected, tol=1e-9):
-    torch.testing.assert_close(torch.as_tensor(actual, dtype=D), torch.as_tensor(expected, dtype=D), rtol=tol, atol=tol)
+    torch.testing.assert_close(torch.as_tensor(actual, dtype=D), torch.as_tensor(expected, dtype=D),
+                               rtol=tol, atol=tol)
 
 
 def make(ratios, old=None, T=4, pad=0.0):
-    """Rows of per-token ratios (variable length) -> leaf logp (B, T), old_logp, mask. Padding holds `pad`."""
+    """Rows of per-token ratios (variable length) -> leaf logp (B, T), old_logp, mask. Padding holds
+    `pad`."""
     B = len(ratios)
     mask = torch.zeros(B, T, dtype=D)
     old_logp = torch.full((B, T), pad, dtype=D)
@@ -82,21 +85,24 @@ def test_oracle_experiment_2_rare_token():
 
 
 def test_oracle_experiment_3_entropy():
-    common = [round(h, 3) for h in losses.practice_entropy(losses.ENTROPY_CASES["reward the common token"])]
-    rare = [round(h, 3) for h in losses.practice_entropy(losses.ENTROPY_CASES["reward the rare token"])]
+    common = [round(h, 3) for h in
+              losses.practice_entropy(losses.ENTROPY_CASES["reward the common token"])]
+    rare = [round(h, 3) for h in
+            losses.practice_entropy(losses.ENTROPY_CASES["reward the rare token"])]
     assert common == [0.871, 0.655] and rare == [0.871, 0.903]
 
 
 def test_oracle_stdout_is_the_lessons_output():
-    out = subprocess.run([sys.executable, os.path.join(REPO, "losses.py")], capture_output=True, text=True,
-                         check=True, cwd=REPO).stdout
+    out = subprocess.run([sys.executable, os.path.join(REPO, "losses.py")], capture_output=True,
+                         text=True, check=True, cwd=REPO).stdout
     assert out == EXPECTED_STDOUT
 
 
 # -----------------------------------------------------------------------------
 # hand-derived gradients, off-policy so that clipping matters.
-# Shared batch: answer 0 has 3 tokens with rho = (1.25, 0.7, 7.0), A_0 = +1; answer 1 has 2 tokens with
-# rho = (1.1, 0.5), A_1 = -1; one or two padding positions each (T = 4). dJ/dlogp of rho*A is rho*A.
+# Shared batch: answer 0 has 3 tokens with rho = (1.25, 0.7, 7.0), A_0 = +1; answer 1 has 2 tokens
+# with rho = (1.1, 0.5), A_1 = -1; one or two padding positions each (T = 4). dJ/dlogp of
+# rho*A is rho*A.
 
 RHO = [[1.25, 0.7, 7.0], [1.1, 0.5]]
 ADV = torch.tensor([1.0, -1.0], dtype=D)
@@ -131,22 +137,27 @@ def test_grad_dr_grpo():
 
 def test_grad_gspo():
     logp, old, mask = make(RHO)
-    s0, s1 = (1.25 * 0.7 * 7.0) ** (1 / 3), (1.1 * 0.5) ** (1 / 2)      # geometric-mean ratios: 1.83, 0.74
-    # wide eps: nothing clipped. J = (s0 A0 + s1 A1) / B, ds_i/dlogp_t = s_i/|o_i| -> every token s_i A_i/(|o_i| B)
+    # geometric-mean ratios: 1.83, 0.74
+    s0, s1 = (1.25 * 0.7 * 7.0) ** (1 / 3), (1.1 * 0.5) ** (1 / 2)
+    # wide eps: nothing clipped. J = (s0 A0 + s1 A1) / B, ds_i/dlogp_t = s_i/|o_i| -> every token
+    # s_i A_i/(|o_i| B)
     g, st = grad_of("gspo", logp, old, ADV, mask, eps_low=0.9, eps_high=0.9)
     close(g, [[s0 / 6] * 3 + [0], [-s1 / 4] * 2 + [0, 0]])
     close(st["ratio_mean"], (3 * s0 + 2 * s1) / 5)
-    # default eps 3e-4/4e-4: s0 > 1+4e-4 with A>0 and s1 < 1-3e-4 with A<0: both answers clipped whole
+    # default eps 3e-4/4e-4: s0 > 1+4e-4 with A>0 and s1 < 1-3e-4 with A<0: both answers
+    # clipped whole
     g, st = grad_of("gspo", logp, old, ADV, mask)
     close(g, torch.zeros(2, 4))
     close([st["clip_frac_high"], st["clip_frac_low"], st["zero_grad_frac"]], [3 / 5, 2 / 5, 1.0])
-    # the default eps_low is 3e-4, not 0.2: s = 0.9 with A < 0 is clipped (0.9 < 1 - 3e-4), with 0.2 it is not
+    # the default eps_low is 3e-4, not 0.2: s = 0.9 with A < 0 is clipped (0.9 < 1 - 3e-4),
+    # with 0.2 it is not
     lp9, old9, mask9 = make([[0.9, 0.9]])
     g, _ = grad_of("gspo", lp9, old9, torch.tensor([-1.0], dtype=D), mask9)
     close(g, torch.zeros(1, 4))
     g, _ = grad_of("gspo", lp9, old9, torch.tensor([-1.0], dtype=D), mask9, eps_low=0.2)
     close(g, [[-0.9 / 2, -0.9 / 2, 0, 0]])
-    # A=-1 on answer 0: s0 > 1 with A<0 is not clipped (min picks s0*A); answer 1 with A=+1: s1 < 1 not clipped
+    # A=-1 on answer 0: s0 > 1 with A<0 is not clipped (min picks s0*A); answer 1 with A=+1:
+    # s1 < 1 not clipped
     g, _ = grad_of("gspo", logp, old, -ADV, mask)
     close(g, [[-s0 / 6] * 3 + [0], [s1 / 4] * 2 + [0, 0]])
 
@@ -155,8 +166,8 @@ def test_grad_gspo_token_with_token_advantages():
     logp, old, mask = make(RHO)
     s0, s1 = (1.25 * 0.7 * 7.0) ** (1 / 3), (1.1 * 0.5) ** (1 / 2)
     adv = torch.tensor([[1.0, -1.0, 2.0, 0.0], [-1.0, 0.5, 0.0, 0.0]], dtype=D)
-    # s_it has value s_i and d s_it / d logp_t = s_i. Clip per token with A_t: s0 = 1.83 clips where A_t > 0,
-    # s1 = 0.74 clips where A_t < 0. Unclipped: s_i A_t / (|o_i| B)
+    # s_it has value s_i and d s_it / d logp_t = s_i. Clip per token with A_t: s0 = 1.83 clips
+    # where A_t > 0, s1 = 0.74 clips where A_t < 0. Unclipped: s_i A_t / (|o_i| B)
     g, _ = grad_of("gspo_token", logp, old, adv, mask)
     close(g, [[0, -s0 / 6, 0, 0], [0, s1 * 0.5 / 4, 0, 0]])
 
@@ -174,9 +185,11 @@ def test_gspo_token_equals_gspo_for_sequence_advantages():
 
 def test_gspo_token_advantages_are_averaged_per_answer():
     logp, old, mask = make(RHO)
-    adv_tok = torch.tensor([[1.0, 3.0, 2.0, 99.0], [-1.0, -3.0, 99.0, 99.0]], dtype=D)   # 99 = padding garbage
+    # 99 = padding garbage
+    adv_tok = torch.tensor([[1.0, 3.0, 2.0, 99.0], [-1.0, -3.0, 99.0, 99.0]], dtype=D)
     g_tok, _ = grad_of("gspo", logp, old, adv_tok, mask, eps_low=0.9, eps_high=0.9)
-    g_seq, _ = grad_of("gspo", logp, old, torch.tensor([2.0, -2.0], dtype=D), mask, eps_low=0.9, eps_high=0.9)
+    g_seq, _ = grad_of("gspo", logp, old, torch.tensor([2.0, -2.0], dtype=D), mask, eps_low=0.9,
+                       eps_high=0.9)
     close(g_tok, g_seq)
 
 
@@ -196,19 +209,21 @@ def test_grad_sapo():
     logp, old, mask = make(RHO)
     g, st = grad_of("sapo", logp, old, ADV, mask)
 
-    def df(rho, tau):                          # d/dlogp of sigmoid(tau (rho - 1)) * 4/tau = 4 sig (1 - sig) * rho
+    # d/dlogp of sigmoid(tau (rho - 1)) * 4/tau = 4 sig (1 - sig) * rho
+    def df(rho, tau):
         sig = 1 / (1 + math.exp(-tau * (rho - 1)))
         return 4 * sig * (1 - sig) * rho
-    # tau_pos = 1 for A > 0, tau_neg = 1.05 for A < 0; the mean inside each answer, then over the B = 2
-    # answers (as the SAPO paper, TRL and verl): / (|o_i| * B) = / 6 and / 4
+    # tau_pos = 1 for A > 0, tau_neg = 1.05 for A < 0; the mean inside each answer, then over the
+    # B = 2 answers (as the SAPO paper, TRL and verl): / (|o_i| * B) = / 6 and / 4
     close(g, [[df(1.25, 1.0) / 6, df(0.7, 1.0) / 6, df(7.0, 1.0) / 6, 0],
               [-df(1.1, 1.05) / 4, -df(0.5, 1.05) / 4, 0, 0]])
     assert st["zero_grad_frac"] == 0.0 and st["clip_frac"] == 0.0
 
 
 def trl_sapo_loss(logp, old_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
-    """TRL 0.2x GRPOTrainer._compute_loss for loss_type='sapo', written out from its source: the gate
-    sigmoid(tau (rho - 1)) * 4 / tau per token, times -A, then ((loss * mask).sum(-1) / mask.sum(-1)).mean()."""
+    """TRL 0.2x GRPOTrainer._compute_loss for loss_type='sapo', written out from its source: the
+    gate sigmoid(tau (rho - 1)) * 4 / tau per token, times -A, then
+    ((loss * mask).sum(-1) / mask.sum(-1)).mean()."""
     rho = torch.exp(logp - old_logp)
     adv = advantages[:, None].expand_as(rho)
     tau = torch.where(adv > 0, torch.full_like(rho, tau_pos), torch.full_like(rho, tau_neg))
@@ -218,7 +233,8 @@ def trl_sapo_loss(logp, old_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sapo_matches_trls_loss_and_gradient(seed):
-    """Random off-policy batches of answers of different lengths: our sapo's loss and gradient are TRL's."""
+    """Random off-policy batches of answers of different lengths: our sapo's loss and gradient are
+    TRL's."""
     g = torch.Generator().manual_seed(seed)
     B, T = 6, 9
     lengths = torch.randint(1, T + 1, (B,), generator=g)
@@ -231,12 +247,13 @@ def test_sapo_matches_trls_loss_and_gradient(seed):
     theirs = trl_sapo_loss(logp, old, adv, mask)
     (g_theirs,) = torch.autograd.grad(theirs, logp)
     close(ours, theirs)
-    close(g_ours, g_theirs * mask)      # TRL's padding gradient is 0 too, mask only makes it explicit
+    # TRL's padding gradient is 0 too, mask only makes it explicit
+    close(g_ours, g_theirs * mask)
 
 
 def test_dapo_defaults_to_clip_higher():
-    """loss_type='dapo' alone is Clip-Higher (eps_high 0.28), as the name and the README's table say: rho = 1.25
-    with A > 0 passes (grpo's 0.2 clips it)."""
+    """loss_type='dapo' alone is Clip-Higher (eps_high 0.28), as the name and the README's table
+    say: rho = 1.25 with A > 0 passes (grpo's 0.2 clips it)."""
     logp, old, mask = make(RHO)
     g_default, _ = grad_of("dapo", logp, old, ADV, mask)
     g_028, _ = grad_of("dapo", logp, old, ADV, mask, eps_low=0.2, eps_high=0.28)
@@ -250,7 +267,8 @@ def test_dapo_defaults_to_clip_higher():
 def test_on_policy_is_plain_policy_gradient():
     torch.manual_seed(1)
     B, T = 4, 5
-    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=D)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]],
+                        dtype=D)
     adv = torch.randn(B, dtype=D)
     n, lens = mask.sum(), mask.sum(1, keepdim=True)
     expected = {  # dJ/dlogp = A * mask / normaliser
@@ -268,7 +286,8 @@ def test_on_policy_is_plain_policy_gradient():
 # -----------------------------------------------------------------------------
 # normalisation: micro-batches summed == one pass, given the global counts
 
-@pytest.mark.parametrize("loss_type", ["dapo", "cispo", "grpo", "dr_grpo", "gspo", "gspo_token", "sapo"])
+@pytest.mark.parametrize("loss_type",
+                         ["dapo", "cispo", "grpo", "dr_grpo", "gspo", "gspo_token", "sapo"])
 def test_micro_batches_sum_to_one_pass(loss_type):
     torch.manual_seed(2)
     B, T = 6, 5
@@ -276,8 +295,10 @@ def test_micro_batches_sum_to_one_pass(loss_type):
     mask = (torch.arange(T)[None, :] < lengths[:, None]).to(D)
     old = torch.randn(B, T, dtype=D) - 2
     logp = (old + 0.3 * torch.randn(B, T, dtype=D)).requires_grad_(True)
-    adv, ref, ent = torch.randn(B, dtype=D), torch.randn(B, T, dtype=D) - 2, torch.rand(B, T, dtype=D)
-    hp = dict(max_new_tokens=5, eps_low=0.2, eps_high=0.28, beta=0.1, ref_logp=ref, entropy_coef=0.01)
+    adv, ref, ent = (torch.randn(B, dtype=D), torch.randn(B, T, dtype=D) - 2,
+                     torch.rand(B, T, dtype=D))
+    hp = dict(max_new_tokens=5, eps_low=0.2, eps_high=0.28, beta=0.1, ref_logp=ref,
+              entropy_coef=0.01)
     full, _ = policy_loss(loss_type, logp, old, adv, mask, entropy=ent, **hp)
     (g_full,) = torch.autograd.grad(full, logp)
     total, g_sum = 0.0, torch.zeros_like(g_full)
@@ -289,9 +310,11 @@ def test_micro_batches_sum_to_one_pass(loss_type):
         total, g_sum[sl] = total + part.item(), lp.grad
     close(total, full.item())
     close(g_sum, g_full)
-    # without the global counts the micro-batches would be normalised differently (so the test can fail)
+    # without the global counts the micro-batches would be normalised differently (so the test can
+    # fail)
     lp = logp.detach()[0:2].clone().requires_grad_(True)
-    part, _ = policy_loss(loss_type, lp, old[0:2], adv[0:2], mask[0:2], entropy=ent[0:2], **{**hp, "ref_logp": ref[0:2]})
+    part, _ = policy_loss(loss_type, lp, old[0:2], adv[0:2], mask[0:2], entropy=ent[0:2],
+                          **{**hp, "ref_logp": ref[0:2]})
     part.backward()
     assert not torch.allclose(lp.grad, g_full[0:2])
 
@@ -302,11 +325,50 @@ def test_dr_grpo_does_not_depend_on_lengths():
         mask = (torch.arange(8)[None, :] < torch.tensor(lengths)[:, None]).to(D)
         logp = torch.randn(3, 8, dtype=D, requires_grad=True)
         g, _ = grad_of("dr_grpo", logp, logp.detach(), adv, mask, max_new_tokens=10)
-        close(g, adv[:, None] * mask / (3 * 10))        # every token A / (B L_max), whatever the lengths
+        # every token A / (B L_max), whatever the lengths
+        close(g, adv[:, None] * mask / (3 * 10))
     # whereas GRPO's token weight A / (|o_i| B) does depend on the length (lengths 2, 1, 1 here)
     g, _ = grad_of("grpo", logp, logp.detach(), adv, mask)
     close(g, adv[:, None] * mask / (mask.sum(1, keepdim=True) * 3))
     assert abs(g[0, 0]) != abs(g[1, 0])
+
+
+def test_token_weight_sums_by_hand():
+    """|dLoss/dlogp| / |A| averaged over each answer's live tokens (A != 0, mask), summed over the
+    short (length < median) and the long answers; answers without a live token are not counted."""
+    mask = (torch.arange(4)[None, :] < torch.tensor([1, 2, 3, 4])[:, None]).to(D)   # lengths 1..4
+    grad = torch.tensor([[0.5, 9, 9, 9], [-0.2, 0.4, 9, 9], [1, 1, 1, 9], [0.1, 0.2, 0.3, 0.4]],
+                        dtype=D)                                                # 9: padding
+    adv = torch.tensor([2.0, -1.0, 0.0, 0.5], dtype=D)                          # answer 2: dead
+    sums = losses.token_weight_sums(grad, adv, mask, median_len=2.5)
+    # short: answer 0 0.5/2 = 0.25, answer 1 (0.2 + 0.4)/1 / 2 = 0.3
+    # long: answer 3 (0.2 + 0.4 + 0.6 + 0.8) / 4 = 0.5; answer 2 has no live token
+    assert all(isinstance(v, float) for v in sums.values())
+    got = [sums["weight_short"], sums["n_short"], sums["weight_long"], sums["n_long"]]
+    close(got, [0.55, 2, 0.5, 1])
+    # per-token advantages: a zero-A token of answer 3 leaves its mean, answer 2 gets a live token
+    adv_tok = adv[:, None].repeat(1, 4)
+    adv_tok[3, 1], adv_tok[2, 0] = 0.0, 4.0
+    sums = losses.token_weight_sums(grad, adv_tok, mask, median_len=2.5)
+    # long: answer 2 1/4 = 0.25 (one live token), answer 3 (0.2 + 0.6 + 0.8) / 3
+    close([sums["weight_long"], sums["n_long"], sums["n_short"]], [0.25 + 1.6 / 3, 2, 2])
+
+
+@pytest.mark.parametrize("loss_type, short_over_long",
+                         [("grpo", 3.0), ("dapo", 1.0), ("dr_grpo", 1.0)])
+def test_token_weight_sums_measure_the_length_bias(loss_type, short_over_long):
+    """The lesson's experiment 1 (lengths 4, 12, 4, 12): on-policy grpo gives a token of answer i
+    the weight 1 / (G |o_i|), 1/16 short, 1/48 long; dapo 1/32, dr_grpo 1/(G L_max) for all."""
+    mask = (torch.arange(12)[None, :] < torch.tensor([4, 12, 4, 12])[:, None]).to(D)
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=D)
+    logp = torch.zeros(4, 12, dtype=D, requires_grad=True)
+    loss, _ = policy_loss(loss_type, logp, logp.detach(), adv, mask, max_new_tokens=16)
+    loss.backward()
+    sums = losses.token_weight_sums(logp.grad, adv, mask, median_len=8.0)
+    assert sums["n_short"] == 2.0 and sums["n_long"] == 2.0
+    expected_short = {"grpo": 2 / 16, "dapo": 2 / 32, "dr_grpo": 2 / 64}[loss_type]
+    close(sums["weight_short"], expected_short)
+    close(sums["weight_short"] / sums["weight_long"], short_over_long)
 
 
 # -----------------------------------------------------------------------------
@@ -323,19 +385,23 @@ def test_padding_gets_no_gradient(tis_mode):
                  roll=torch.randn(B, T, dtype=D) - 1, ent=torch.rand(B, T, dtype=D))
     extreme = {k: v.masked_fill(pad, val) for (k, v), val in
                zip(clean.items(), [1e4, -1e4, 1e6, -3e3, 2e4, 1e5])}
-    non_finite = {k: v.masked_fill(pad, val) for (k, v), val in        # e.g. log 0 = -inf in padded slots
-                  zip(clean.items(), [-math.inf, math.nan, math.inf, math.nan, -math.inf, math.nan])}
+    # e.g. log 0 = -inf in padded slots
+    non_finite = {k: v.masked_fill(pad, val) for (k, v), val in
+                  zip(clean.items(),
+                      [-math.inf, math.nan, math.inf, math.nan, -math.inf, math.nan])}
     for loss_type in LOSS_TYPES:
         results = []
         for data in (clean, extreme, non_finite):
             logp = data["logp"].clone().requires_grad_(True)
             ent = data["ent"].clone().requires_grad_(True)
             torch.manual_seed(0)                                   # clip_cov picks tokens at random
-            loss, st = policy_loss(loss_type, logp, data["old"], data["adv"], mask, max_new_tokens=T,
-                                   beta=0.05, ref_logp=data["ref"], entropy=ent, entropy_coef=0.01,
-                                   rollout_logp=data["roll"], tis_mode=tis_mode, clip_cov_ratio=0.3, clip_cov_lb=-9)
+            loss, st = policy_loss(loss_type, logp, data["old"], data["adv"], mask,
+                                   max_new_tokens=T, beta=0.05, ref_logp=data["ref"], entropy=ent,
+                                   entropy_coef=0.01, rollout_logp=data["roll"], tis_mode=tis_mode,
+                                   clip_cov_ratio=0.3, clip_cov_lb=-9)
             loss.backward()
-            assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and torch.isfinite(ent.grad).all()
+            assert (torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+                    and torch.isfinite(ent.grad).all())
             assert (logp.grad[pad] == 0).all() and (ent.grad[pad] == 0).all(), loss_type
             assert all(math.isfinite(v) for v in st.values())
             results.append((loss.item(), logp.grad, st))
@@ -346,7 +412,8 @@ def test_padding_gets_no_gradient(tis_mode):
 
 
 def test_extreme_ratios_and_bf16_inputs_stay_finite():
-    # a valid token with log pi - log pi_old = 100 (e^100 is inf in fp32) for both signs of A, and bf16 inputs
+    # a valid token with log pi - log pi_old = 100 (e^100 is inf in fp32) for both signs of A, and
+    # bf16 inputs
     for dtype in (torch.float32, torch.bfloat16):
         old = torch.full((2, 3), -2.0, dtype=dtype)
         logp = old.clone()
@@ -357,13 +424,16 @@ def test_extreme_ratios_and_bf16_inputs_stay_finite():
         for loss_type in LOSS_TYPES:
             for sign in (1.0, -1.0):
                 adv = torch.tensor([sign, -sign], dtype=dtype)
-                loss, st = policy_loss(loss_type, logp, old, adv, mask, max_new_tokens=3, beta=0.1, ref_logp=old)
+                loss, st = policy_loss(loss_type, logp, old, adv, mask, max_new_tokens=3, beta=0.1,
+                                       ref_logp=old)
                 (g,) = torch.autograd.grad(loss, logp)
-                assert torch.isfinite(loss) and torch.isfinite(g).all() and g.dtype == dtype, (loss_type, dtype)
+                assert (torch.isfinite(loss) and torch.isfinite(g).all()
+                        and g.dtype == dtype), (loss_type, dtype)
                 assert all(math.isfinite(v) for v in st.values())
     # bf16 cannot count past 256 exactly (301 -> 300 or 302): the loss counts in fp32
     logp = torch.zeros(1, 301, dtype=torch.bfloat16, requires_grad=True)
-    loss, st = policy_loss("dapo", logp, logp.detach(), torch.ones(1, dtype=torch.bfloat16), torch.ones(1, 301))
+    loss, st = policy_loss("dapo", logp, logp.detach(), torch.ones(1, dtype=torch.bfloat16),
+                           torch.ones(1, 301))
     assert st["n_tokens"] == 301.0 and loss.dtype == torch.float32
 
 
@@ -374,13 +444,15 @@ def test_group_advantages():
     r = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0])
     # group 1: mean 0.25, population std sqrt(0.1875); group 2: all equal -> 0
     sd = math.sqrt(0.1875)
-    close(group_advantages(r, 4), [0.75 / (sd + 1e-6), -0.25 / (sd + 1e-6), -0.25 / (sd + 1e-6), -0.25 / (sd + 1e-6),
-                                   0, 0, 0, 0], 1e-6)
+    close(group_advantages(r, 4), [0.75 / (sd + 1e-6), -0.25 / (sd + 1e-6), -0.25 / (sd + 1e-6),
+                                   -0.25 / (sd + 1e-6), 0, 0, 0, 0], 1e-6)
     close(group_advantages(r, 4, scale="none"), [0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0], 1e-6)
     sd_batch = r.double().std(correction=0).item()             # whole batch: mean 1.125
-    close(group_advantages(r, 4, scale="batch", eps=0.0), [0.75 / sd_batch, -0.25 / sd_batch, -0.25 / sd_batch,
-                                                           -0.25 / sd_batch, 0, 0, 0, 0], 1e-6)
-    close(group_advantages(torch.tensor([1.0, 3.0]), 2, eps=0.0), [-1.0, 1.0], 1e-6)   # population std = 1
+    close(group_advantages(r, 4, scale="batch", eps=0.0),
+          [0.75 / sd_batch, -0.25 / sd_batch, -0.25 / sd_batch, -0.25 / sd_batch, 0, 0, 0, 0],
+          1e-6)
+    # population std = 1
+    close(group_advantages(torch.tensor([1.0, 3.0]), 2, eps=0.0), [-1.0, 1.0], 1e-6)
     with pytest.raises(ValueError, match="divisible"):
         group_advantages(torch.zeros(6), 4)
     with pytest.raises(ValueError, match="scale"):
@@ -390,19 +462,23 @@ def test_group_advantages():
 @pytest.mark.parametrize("reward", [0.1, -0.9, 1.1, 0.3, 1e-7])
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_a_group_of_equal_rewards_gets_exactly_zero(reward, scale):
-    """A shared reward that is not exactly representable (0.1 = format_coef alone, -0.9, 1.1): mean - r is
-    round-off, and / (std + eps) used to turn it into a uniform same-sign advantage (-0.0074 for 0.1, G = 8)."""
+    """A shared reward that is not exactly representable (0.1 = format_coef alone, -0.9, 1.1):
+    mean - r is round-off, and / (std + eps) used to turn it into a uniform same-sign advantage
+    (-0.0074 for 0.1, G = 8)."""
     for G in (8, 12, 16):
-        r = torch.cat([torch.full((G,), reward), torch.tensor([1.0, 0.0] * (G // 2))])  # + one live group
+        # + one live group
+        r = torch.cat([torch.full((G,), reward), torch.tensor([1.0, 0.0] * (G // 2))])
         adv = group_advantages(r, G, scale=scale)
         assert (adv[:G] == 0).all(), adv[:G]
         assert (adv[G:] != 0).all()
 
 
 def test_batch_std_is_over_every_ranks_rewards():
-    """adv_scale='batch' under DDP: each rank's share, with reduce_sum summing over ranks (here a fake that
-    adds the other rank's sums), gives the advantages of the whole batch in one process."""
-    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 3.0, 2.0, 2.0, 5.0, 1.0, 1.0, 0.0, 1.0, 0.5, 0.0, 4.0, 2.0])
+    """adv_scale='batch' under DDP: each rank's share, with reduce_sum summing over ranks (here a
+    fake that adds the other rank's sums), gives the advantages of the whole batch in one
+    process."""
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 3.0, 2.0, 2.0, 5.0,
+                      1.0, 1.0, 0.0, 1.0, 0.5, 0.0, 4.0, 2.0])
     whole = group_advantages(r, 4, scale="batch")
     shards = r[:8], r[8:]
 
@@ -422,9 +498,9 @@ def test_batch_std_is_over_every_ranks_rewards():
 
 def test_kl_estimators():
     logp, ref = torch.tensor([math.log(0.5)], dtype=D), torch.tensor([math.log(0.25)], dtype=D)
-    close(kl_penalty(logp, ref, "k1"), [math.log(2)])                       # log(pi/pi_ref)
-    close(kl_penalty(logp, ref, "k2"), [0.5 * math.log(2) ** 2])            # 0.5 (log pi/pi_ref)^2
-    close(kl_penalty(logp, ref, "k3"), [0.5 + math.log(2) - 1])             # exp(ref-logp) - (ref-logp) - 1
+    close(kl_penalty(logp, ref, "k1"), [math.log(2)])               # log(pi/pi_ref)
+    close(kl_penalty(logp, ref, "k2"), [0.5 * math.log(2) ** 2])    # 0.5 (log pi/pi_ref)^2
+    close(kl_penalty(logp, ref, "k3"), [0.5 + math.log(2) - 1])     # exp(ref-logp) - (ref-logp) - 1
     close(kl_penalty(ref, logp, "k3"), [2.0 - math.log(2) - 1])
     with pytest.raises(ValueError, match="k4"):
         kl_penalty(logp, ref, "k4")
@@ -432,16 +508,20 @@ def test_kl_estimators():
 
 def test_kl_in_policy_loss():
     logp, old, mask = make(RHO)
-    ref = old - 0.3                                                          # log pi - log ref = log rho + 0.3
+    # log pi - log ref = log rho + 0.3
+    ref = old - 0.3
     lr = [[math.log(r) + 0.3 for r in row] for row in RHO]
     k3 = [[math.exp(-x) + x - 1 for x in row] for row in lr]
     base, _ = policy_loss("dapo", logp, old, ADV, mask)
     with_kl, st = policy_loss("dapo", logp, old, ADV, mask, beta=0.1, ref_logp=ref)
-    close(with_kl - base, 0.1 * sum(map(sum, k3)) / 5)                       # + beta * token mean of k3
+    # + beta * token mean of k3
+    close(with_kl - base, 0.1 * sum(map(sum, k3)) / 5)
     close(st["kl"], sum(map(sum, k3)) / 5)
-    with_kl_g, _ = policy_loss("grpo", logp, old, ADV, mask, beta=0.1, ref_logp=ref, kl_estimator="k1")
+    with_kl_g, _ = policy_loss("grpo", logp, old, ADV, mask, beta=0.1, ref_logp=ref,
+                               kl_estimator="k1")
     base_g, _ = policy_loss("grpo", logp, old, ADV, mask)
-    close(with_kl_g - base_g, 0.1 * (sum(lr[0]) / 3 + sum(lr[1]) / 2) / 2)   # grpo normalisation for the KL too
+    # grpo normalisation for the KL too
+    close(with_kl_g - base_g, 0.1 * (sum(lr[0]) / 3 + sum(lr[1]) / 2) / 2)
     with pytest.raises(ValueError, match="ref_logp"):
         policy_loss("dapo", logp, old, ADV, mask, beta=0.1)
 
@@ -451,10 +531,12 @@ def test_entropy_bonus_sign():
     ent = torch.tensor([[1.0, 2.0, 3.0, 50.0], [0.5, 0.5, 9.0, 9.0]], dtype=D, requires_grad=True)
     base, _ = policy_loss("dapo", logp, old, ADV, mask)
     loss, st = policy_loss("dapo", logp, old, ADV, mask, entropy=ent, entropy_coef=0.1)
-    close(loss - base, -0.1 * 7.0 / 5)                                       # loss -= coef * token mean of H
+    # loss -= coef * token mean of H
+    close(loss - base, -0.1 * 7.0 / 5)
     close(st["entropy"], 7.0 / 5)
     loss.backward()
-    close(ent.grad, -0.1 * mask / 5)                                         # minimising the loss raises H
+    # minimising the loss raises H
+    close(ent.grad, -0.1 * mask / 5)
 
 
 def test_tis_weights_each_mode():
@@ -464,10 +546,10 @@ def test_tis_weights_each_mode():
     roll = old - w.log()
     roll[0, 3] = 1e4                                                          # padding garbage
     expected = {
-        "token_truncate": [[0.5, 2.0, 1.5, 0], [1.2, 0.9, 0, 0]],               # min(w, 2)
-        "token_mask": [[1, 0, 1, 0], [1, 1, 0, 0]],                             # 1 if w <= 2 else 0
-        "sequence_truncate": [[2, 2, 2, 0], [1.08, 1.08, 0, 0]],                # min(prod w, 2): 2.25 -> 2, 1.08
-        "sequence_mask": [[0, 0, 0, 0], [1, 1, 0, 0]]}                          # 2.25 > 2 drops answer 0
+        "token_truncate": [[0.5, 2.0, 1.5, 0], [1.2, 0.9, 0, 0]],  # min(w, 2)
+        "token_mask": [[1, 0, 1, 0], [1, 1, 0, 0]],                # 1 if w <= 2 else 0
+        "sequence_truncate": [[2, 2, 2, 0], [1.08, 1.08, 0, 0]],   # min(prod w, 2): 2.25 -> 2, 1.08
+        "sequence_mask": [[0, 0, 0, 0], [1, 1, 0, 0]]}             # 2.25 > 2 drops answer 0
     for mode, exp in expected.items():
         weight, clipped = tis_weights(old, roll, mask, mode, 2.0)
         close(weight, exp)
@@ -476,7 +558,8 @@ def test_tis_weights_each_mode():
         g, st = grad_of("dapo", logp, old, ADV, mask, rollout_logp=roll, tis_mode=mode, tis_cap=2.0)
         close(g, torch.tensor(exp, dtype=D) * ADV[:, None] / 5)
         close(st["tis_weight_mean"], sum(map(sum, exp)) / 5)
-        n_clipped = {"token_truncate": 1, "token_mask": 1, "sequence_truncate": 3, "sequence_mask": 3}[mode]
+        n_clipped = {"token_truncate": 1, "token_mask": 1, "sequence_truncate": 3,
+                     "sequence_mask": 3}[mode]
         close(st["tis_clipped_frac"], n_clipped / 5)
     with pytest.raises(ValueError, match="rollout_logp"):
         policy_loss("dapo", logp, old, ADV, mask, tis_mode="token_mask")
@@ -493,7 +576,8 @@ def _cov_batch():
     adv = torch.tensor([2.0, -1.5, 0.3], dtype=D)
     a = adv[:, None].expand(3, 5)
     n = mask.sum()
-    cov = (a - (a * mask).sum() / n) * (logp.detach() - (logp.detach() * mask).sum() / n)   # Cui et al.
+    # Cui et al.
+    cov = (a - (a * mask).sum() / n) * (logp.detach() - (logp.detach() * mask).sum() / n)
     return logp, mask, adv, cov, n
 
 
@@ -519,9 +603,11 @@ def test_clip_cov_detaches_random_candidates():
 
 def test_kl_cov_penalises_top_cov_tokens():
     logp, mask, adv, cov, n = _cov_batch()
-    old = logp.detach() - torch.tensor([[0.4, -0.3, 0.2, 0.1, 0], [0.5, 0.2, -0.6, 0, 0], [0.1] * 5], dtype=D)
+    old = logp.detach() - torch.tensor(
+        [[0.4, -0.3, 0.2, 0.1, 0], [0.5, 0.2, -0.6, 0, 0], [0.1] * 5], dtype=D)
     rho = (logp.detach() - old).exp()
-    top = cov.masked_fill(mask == 0, -1e9).flatten().topk(2).indices          # int(0.2 * 12) = 2 tokens
+    # int(0.2 * 12) = 2 tokens
+    top = cov.masked_fill(mask == 0, -1e9).flatten().topk(2).indices
     sel = torch.zeros(15, dtype=torch.bool)
     sel[top] = True
     sel = sel.view(3, 5)
@@ -549,8 +635,8 @@ def test_zero_grad_frac_matches_autograd_for_every_variant():
             "log_ratio_abs_mean", "cov_logp_adv", "n_tokens"}
     for loss_type in LOSS_TYPES:
         torch.manual_seed(0)
-        g, st = grad_of(loss_type, logp, old, adv, mask, max_new_tokens=T, eps_low=0.2, eps_high=0.2,
-                        clip_cov_ratio=0.1, clip_cov_lb=0.0, kl_cov_ratio=0.1)
+        g, st = grad_of(loss_type, logp, old, adv, mask, max_new_tokens=T, eps_low=0.2,
+                        eps_high=0.2, clip_cov_ratio=0.1, clip_cov_lb=0.0, kl_cov_ratio=0.1)
         assert keys <= set(st) and all(isinstance(v, float) for v in st.values())
         autograd_zero = ((g == 0) & (mask > 0)).sum().item() / mask.sum().item()
         assert st["zero_grad_frac"] == pytest.approx(autograd_zero), loss_type
@@ -568,18 +654,20 @@ def test_errors_name_the_bad_value():
         policy_loss("dapo", logp, old, ADV, mask, kl_estimator="k5")
     with pytest.raises(ValueError, match="max_new_tokens"):
         policy_loss("dr_grpo", logp, old, ADV, mask)
-    assert set(LOSS_TYPES) == {"grpo", "dr_grpo", "dapo", "gspo", "gspo_token", "cispo", "sapo", "clip_cov", "kl_cov",
-                               "ppo", "vapo"}
+    assert set(LOSS_TYPES) == {"grpo", "dr_grpo", "dapo", "gspo", "gspo_token", "cispo", "sapo",
+                               "clip_cov", "kl_cov", "ppo", "vapo"}
 
 
 def test_readme_variant_table_names_functions_that_exist():
-    """The README's table names the functions that implement each variant (by name: line numbers rot); each
-    is a function of losses.py or critic.py, and a quoted branch name appears in that function."""
+    """The README's table names the functions that implement each variant (by name: line numbers
+    rot); each is a function of losses.py or critic.py, and a quoted branch name appears in that
+    function."""
     import inspect
     import re
     import critic
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    rows = re.findall(r"^\| `(\w+)` \|.*\| (`\w+`[^|]*) \|$", open(os.path.join(root, "README.md")).read(), re.M)
+    rows = re.findall(r"^\| `(\w+)` \|.*\| (`\w+`[^|]*) \|$",
+                      open(os.path.join(root, "README.md")).read(), re.M)
     assert sorted(name for name, _ in rows) == sorted(losses.LOSS_TYPES)
     for name, where in rows:
         for function, detail in re.findall(r"`(\w+)`( \([^)]*\))?", where):

@@ -1,6 +1,6 @@
-"""model.py: the chunked FP32 head equals the naive (B, C, V) path, gradients included; gradient checkpointing
-and a group's shared prompt forward change nothing but memory and time; train.py's token-budget micro-batches
-change nothing but speed."""
+"""model.py: the chunked FP32 head equals the naive (B, C, V) path, gradients included; gradient
+checkpointing and a group's shared prompt forward change nothing but memory and time; train.py's
+token-budget micro-batches change nothing but speed."""
 import json
 import os
 import subprocess
@@ -16,13 +16,15 @@ from model import HeadLogprobs, completion_logprobs
 
 def tiny_model(vocab=96):
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=True)
     return LlamaForCausalLM(cfg).double()
 
 
 def tiny_batch(vocab=96):
-    """3 rows: left-padded prompts of 4, 2 and 3 tokens; right-padded completions of 5, 1 and 3 tokens."""
+    """3 rows: left-padded prompts of 4, 2 and 3 tokens; right-padded completions of 5, 1 and 3
+    tokens."""
     g = torch.Generator().manual_seed(1)
     prompt_mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1], [0, 1, 1, 1]])
     completion_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]).double()
@@ -34,15 +36,18 @@ def tiny_batch(vocab=96):
 def naive_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature):
     """The textbook path: the full (B, C, V) logits from the HF model, log-softmax, gather."""
     attention_mask = torch.cat([prompt_mask, completion_mask.long()], 1)
-    logits = model(input_ids=torch.cat([prompt_ids, completion_ids], 1), attention_mask=attention_mask,
+    logits = model(input_ids=torch.cat([prompt_ids, completion_ids], 1),
+                   attention_mask=attention_mask,
                    position_ids=(attention_mask.cumsum(1) - 1).clamp(min=0)).logits
-    logp_all = torch.log_softmax(logits[:, prompt_ids.shape[1] - 1:-1] / temperature, -1)    # (B, C, V)
+    # (B, C, V)
+    logp_all = torch.log_softmax(logits[:, prompt_ids.shape[1] - 1:-1] / temperature, -1)
     logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)
     return logp * completion_mask, -(logp_all.exp() * logp_all).sum(-1) * completion_mask
 
 
 def loss_and_grads(model, fn, **kw):
-    """A loss that uses both outputs with per-token weights, and its gradient for every parameter."""
+    """A loss that uses both outputs with per-token weights, and its gradient for every
+    parameter."""
     model.zero_grad()
     logp, entropy = fn(model, *tiny_batch(), 0.7, **kw)
     w = torch.linspace(-1, 2, logp.numel(), dtype=logp.dtype).view_as(logp)
@@ -52,31 +57,36 @@ def loss_and_grads(model, fn, **kw):
 
 
 # 2 tokens per chunk (5 chunks) or 1 chunk; logits recomputed in backward (keep_elements=0) or kept
-@pytest.mark.parametrize("chunk_elements,keep_elements", [(96 * 2, 0), (96 * 100, 0), (96 * 2, 2**28)])
+@pytest.mark.parametrize("chunk_elements,keep_elements",
+                         [(96 * 2, 0), (96 * 100, 0), (96 * 2, 2**28)])
 def test_chunked_head_equals_naive_path_with_gradients(chunk_elements, keep_elements):
     model = tiny_model()
     logp0, ent0, grads0 = loss_and_grads(model, naive_logprobs)
     logp1, ent1, grads1 = loss_and_grads(model, completion_logprobs, chunk_elements=chunk_elements,
                                          keep_elements=keep_elements)
-    # the model is float64, the head runs in fp32 in both paths' place: agreement to fp32 round-off (~1e-7 relative)
+    # the model is float64, the head runs in fp32 in both paths' place: agreement to fp32 round-off
+    # (~1e-7 relative)
     close = lambda a, b: (a.to(b) - b).abs().max() <= 1e-6 * b.abs().max()
     assert close(logp1, logp0) and close(ent1, ent0)
     assert (logp1[1, 1:] == 0).all() and (ent1[2, 3:] == 0).all()       # padding positions are 0
-    assert ent0[0].min() > 1.0                                         # a random model: high entropy everywhere
+    # a random model: high entropy everywhere
+    assert ent0[0].min() > 1.0
     for name, g in grads0.items():
         assert close(grads1[name], g), name
 
 
 @pytest.mark.parametrize("keep", [False, True])
 def test_head_backward_matches_finite_differences(keep):
-    """HeadLogprobs' hand-written backward (onehot - p for log pi, -p (log p + H) for entropy) against gradcheck,
-    with the logits recomputed in backward or kept from forward."""
+    """HeadLogprobs' hand-written backward (onehot - p for log pi, -p (log p + H) for entropy)
+    against gradcheck, with the logits recomputed in backward or kept from forward."""
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(7, 5, dtype=torch.double, generator=g, requires_grad=True)
     weight = torch.randn(11, 5, dtype=torch.double, generator=g, requires_grad=True)
     targets = torch.randint(11, (7,), generator=g)
-    assert torch.autograd.gradcheck(lambda h, w: HeadLogprobs.apply(h, w, targets, 0.7, 3, keep), (hidden, weight))
-    # only log pi used: the entropy's gradient is skipped, the result is the same as through autograd
+    assert torch.autograd.gradcheck(lambda h, w: HeadLogprobs.apply(h, w, targets, 0.7, 3, keep),
+                                    (hidden, weight))
+    # only log pi used: the entropy's gradient is skipped, the result is the same as through
+    # autograd
     logp, _ = HeadLogprobs.apply(hidden, weight, targets, 0.7, 3, keep)
     (gh,) = torch.autograd.grad(logp.sum(), hidden)
     ref = torch.log_softmax(hidden @ weight.T / 0.7, -1).gather(1, targets[:, None]).sum()
@@ -88,61 +98,75 @@ def test_gradient_checkpointing_changes_nothing_but_memory():
     logp0, ent0, grads0 = loss_and_grads(model, completion_logprobs)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     logp1, ent1, grads1 = loss_and_grads(model, completion_logprobs)
-    assert model.model.gradient_checkpointing and torch.equal(logp0, logp1) and torch.equal(ent0, ent1)
+    assert (model.model.gradient_checkpointing and torch.equal(logp0, logp1)
+            and torch.equal(ent0, ent1))
     for name, g in grads0.items():
         assert torch.allclose(grads1[name], g, atol=1e-12), name
 
 
 def test_shared_prompt_forward_equals_separate_forwards():
-    """Two groups of 3 answers (prompts of 4 and 2 tokens, left-padded) in one batch: each prompt goes through
-    the body once and its KV cache serves its 3 answers. Every row's log-prob, entropy and every parameter's
-    gradient equal those of the 6 rows scored one at a time (one pass over prompt + answer each)."""
+    """Two groups of 3 answers (prompts of 4 and 2 tokens, left-padded) in one batch: each prompt
+    goes through the body once and its KV cache serves its 3 answers. Every row's log-prob, entropy
+    and every parameter's gradient equal those of the 6 rows scored one at a time (one pass over
+    prompt + answer each)."""
     prompt_ids, prompt_mask, completion_ids, completion_mask = tiny_batch()
-    prompt_rows, answer_rows = [0, 0, 0, 1, 1, 1], [0, 1, 2, 2, 0, 1]   # tiny_batch's answers, reused
-    batch = (prompt_ids[prompt_rows], prompt_mask[prompt_rows], completion_ids[answer_rows], completion_mask[answer_rows])
-    shared = lambda model, *a: completion_logprobs(model, *batch, 0.7)          # loss_and_grads' own batch replaced
-    one_by_one = lambda model, *a: [torch.cat(x) for x in zip(*(completion_logprobs(model, *(t[i:i + 1] for t in batch), 0.7)
-                                                               for i in range(6)))]
+    # tiny_batch's answers, reused
+    prompt_rows, answer_rows = [0, 0, 0, 1, 1, 1], [0, 1, 2, 2, 0, 1]
+    batch = (prompt_ids[prompt_rows], prompt_mask[prompt_rows], completion_ids[answer_rows],
+             completion_mask[answer_rows])
+    # loss_and_grads' own batch replaced
+    shared = lambda model, *a: completion_logprobs(model, *batch, 0.7)
+    one_by_one = lambda model, *a: [
+        torch.cat(x) for x in zip(*(completion_logprobs(model, *(t[i:i + 1] for t in batch), 0.7)
+                                    for i in range(6)))]
     model = tiny_model()
     logp0, ent0, grads0 = loss_and_grads(model, one_by_one)
     logp1, ent1, grads1 = loss_and_grads(model, shared)
     close = lambda a, b: (a - b).abs().max() <= 1e-6 * b.abs().max()
-    assert close(logp1, logp0) and close(ent1, ent0) and (logp1[1, 1:] == 0).all() and ent1[0].min() > 1.0
+    assert (close(logp1, logp0) and close(ent1, ent0) and (logp1[1, 1:] == 0).all()
+            and ent1[0].min() > 1.0)
     for name, g in grads0.items():
         assert close(grads1[name], g), name
 
 
 def run_step(out_dir, *args):
-    cmd = [sys.executable, "train.py", "config/cpu_demo.py", "--rollout_engine=hf", "--prompts_per_step=4",
-           "--group_size=4", "--max_new_tokens=12", "--max_iters=1", "--eval_interval=0", "--dtype=float32",
-           f"--out_dir={out_dir}", *args]
+    cmd = [sys.executable, "train.py", "config/cpu_demo.py", "--rollout_engine=hf", "--loss_type=dapo",
+           "--prompts_per_step=4", "--group_size=4", "--max_new_tokens=12", "--max_iters=1",
+           "--eval_interval=0", "--dtype=float32", f"--out_dir={out_dir}", *args]
+    # dapo: its token-mean loss is not 0 on-policy (grpo's is: sum_i A_i = 0 in each group, so
+    # comparing grpo's losses would compare round-off)
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))][-1]
 
 
 def test_token_budget_micro_batches_change_nothing_but_work(tmp_path):
-    """The same step (same seed, same samples: 4 groups of 4) in micro-batches of 4 rows with gradient
-    checkpointing (every row runs its own prompt: HF's checkpointing drops the shared prompt's KV cache), and
-    packed by a budget of 400 tokens (a group's prompt runs once per micro-batch): the loss and gradient are the
-    same sums, with fewer tokens through the body."""
+    """The same step (same seed, same samples: 4 groups of 4) in micro-batches of 4 rows with
+    gradient checkpointing (every row runs its own prompt: HF's checkpointing drops the shared
+    prompt's KV cache), and packed by a budget of 400 tokens (a group's prompt runs once per
+    micro-batch): the loss and gradient are the same sums, with fewer tokens through the body."""
     fixed = run_step(tmp_path / "fixed", "--micro_batch_size=4", "--max_tokens_per_micro=100000",
                      "--gradient_checkpointing=True", "--skip_zero_adv=False")
-    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=400", "--skip_zero_adv=False")
-    assert fixed["reward"] == packed["reward"] and fixed["completion_len"] == packed["completion_len"]
+    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=400",
+                      "--skip_zero_adv=False")
+    assert (fixed["reward"] == packed["reward"]
+            and fixed["completion_len"] == packed["completion_len"])
     assert packed["loss"] == pytest.approx(fixed["loss"], rel=1e-5, abs=1e-7)
     assert packed["grad_norm"] == pytest.approx(fixed["grad_norm"], rel=1e-4)
-    assert fixed["train_tokens"] - packed["train_tokens"] > 8 * 20, (fixed["train_tokens"], packed["train_tokens"])
+    assert fixed["train_tokens"] - packed["train_tokens"] > 8 * 20, (
+        fixed["train_tokens"], packed["train_tokens"])
 
 
 def test_skipping_zero_advantage_groups_changes_nothing_but_work(tmp_path):
-    """The same step with and without skip_zero_adv: groups whose 4 answers all scored the same (advantage 0)
-    contribute nothing to the loss or gradient of GRPO, so skipping their forward and backward leaves loss and
-    gradient norm as they were (the token denominators still count them), with fewer tokens through the body."""
+    """The same step with and without skip_zero_adv: groups whose 4 answers all scored the same
+    (advantage 0) contribute nothing to the loss or gradient of GRPO or DAPO, so skipping their forward and
+    backward leaves loss and gradient norm as they were (the token denominators still count them),
+    with fewer tokens through the body."""
     full = run_step(tmp_path / "full", "--skip_zero_adv=False", "--max_new_tokens=24")
     skip = run_step(tmp_path / "skip", "--max_new_tokens=24")
     assert full["reward"] == skip["reward"] and full["trained_frac"] == 1.0
-    assert 0 < skip["trained_frac"] < 1, skip["trained_frac"]          # some groups skipped, some trained
+    # some groups skipped, some trained
+    assert 0 < skip["trained_frac"] < 1, skip["trained_frac"]
     assert skip["loss"] == pytest.approx(full["loss"], rel=1e-5, abs=1e-7) and skip["loss"] != 0
     assert skip["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-4)
     assert skip["train_tokens"] < full["train_tokens"]

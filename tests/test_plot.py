@@ -1,5 +1,6 @@
-"""plot.py and compare.py: grouping by seed suffix, final metrics as mean ± std, the honesty rule, PNGs, and
-compare.py's commands and failure handling. Synthetic logs with known numbers; one tiny real train.py run."""
+"""plot.py and compare.py: grouping by seed suffix, final metrics as mean ± std, the honesty rule,
+PNGs, and compare.py's commands and failure handling. Synthetic logs with known numbers; one tiny
+real train.py run."""
 import json
 import os
 import subprocess
@@ -20,25 +21,30 @@ def write_log(run_dir, records):
 
 
 def train_record(step, reward, entropy, **extra):
-    return {"step": step, "reward": reward, "accuracy": reward, "entropy": entropy, "completion_len": 10.0,
-            "completion_len_correct": 8.0, "completion_len_wrong": 12.0, "loss/clip_frac_low": 0.01,
-            "loss/clip_frac_high": 0.02, "loss/clip_frac": 0.03, "loss/cov_logp_adv": 0.1, "rollout_mismatch": 0.02,
+    return {"step": step, "reward": reward, "accuracy": reward, "entropy": entropy,
+            "completion_len": 10.0, "completion_len_correct": 8.0, "completion_len_wrong": 12.0,
+            "loss/clip_frac_low": 0.01, "loss/clip_frac_high": 0.02, "loss/clip_frac": 0.03,
+            "loss/cov_logp_adv": 0.1, "rollout_mismatch": 0.02,
             "rollout_seconds": 1.0, "train_seconds": 2.0, "sync_seconds": 0.5, **extra}
 
 
 def make_runs(tmp_path):
-    """alpha and beta, seeds 0-2, steps 1-5, evals at 0 and 5. Per run: reward = base + 0.1 * seed + 0.01 * step
-    (final = mean of steps 3-5 = base + 0.1 * seed + 0.04), entropy = e0 + 0.2 * seed, last eval = a0 + 0.1 * seed.
-    alpha: base 0, e0 1.0, a0 0.3; beta: base 0.8, e0 1.1, a0 0.35. So the reward differs far beyond the seed
-    spread (0.14 vs 0.94, std 0.1 each); entropy (1.2 vs 1.3, std 0.2) and eval accuracy (0.4 vs 0.45, std 0.1)
-    do not."""
+    """alpha and beta, seeds 0-2, steps 1-5, evals at 0 and 5. Per run: reward = base + 0.1 * seed
+    + 0.01 * step (final = mean of steps 3-5 = base + 0.1 * seed + 0.04), entropy = e0 + 0.2 * seed,
+    last eval = a0 + 0.1 * seed. alpha: base 0, e0 1.0, a0 0.3; beta: base 0.8, e0 1.1, a0 0.35. So
+    the reward differs far beyond the seed spread (0.14 vs 0.94, std 0.1 each); entropy (1.2 vs 1.3,
+    std 0.2) and eval accuracy (0.4 vs 0.45, std 0.1) do not."""
     dirs = []
     for variant, base, e0, a0 in [("alpha", 0.0, 1.0, 0.3), ("beta", 0.8, 1.1, 0.35)]:
         for seed in range(3):
-            records = [{"step": 0, "eval/accuracy": 0.1, "eval/completion_len": 12.0, "eval/seconds": 5.0}]
-            records += [train_record(t, base + 0.1 * seed + 0.01 * t, e0 + 0.2 * seed) for t in range(1, 6)]
-            records.append({"step": 5, "eval/accuracy": a0 + 0.1 * seed, "eval/completion_len": 9.0})
-            if (variant, seed) == ("alpha", 0):  # logged step 4, killed, resumed from step 3's checkpoint
+            records = [{"step": 0, "eval/accuracy": 0.1, "eval/completion_len": 12.0,
+                        "eval/seconds": 5.0}]
+            records += [train_record(t, base + 0.1 * seed + 0.01 * t, e0 + 0.2 * seed)
+                        for t in range(1, 6)]
+            records.append({"step": 5, "eval/accuracy": a0 + 0.1 * seed,
+                            "eval/completion_len": 9.0})
+            # logged step 4, killed, resumed from step 3's checkpoint
+            if (variant, seed) == ("alpha", 0):
                 records[4:4] = [train_record(4, 9.0, 9.0)]
             if (variant, seed) == ("alpha", 1):  # a dynamic-sampling step without a live group
                 records.append({"step": 6, "accuracy": 0.0, "rollout_seconds": 3.0, "skipped": 1})
@@ -57,7 +63,8 @@ def test_read_log_keeps_the_last_record_of_a_step(tmp_path):
     records = plot.read_log(dirs[0])
     assert [(r["step"], plot.is_eval(r)) for r in records] == [
         (0, True), (1, False), (2, False), (3, False), (4, False), (5, False), (5, True)]
-    assert [r["reward"] for r in records if "reward" in r] == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05])
+    assert [r["reward"] for r in records if "reward" in r] == pytest.approx(
+        [0.01, 0.02, 0.03, 0.04, 0.05])
     assert records[1]["step_seconds"] == 3.5
     assert plot.read_log(tmp_path / "nothing_here") == []
 
@@ -75,12 +82,15 @@ def test_grouping_by_seed_suffix(tmp_path):
 def test_final_metrics_mean_and_std_over_seeds(tmp_path):
     runs = plot.load_runs(make_runs(tmp_path))
     stats = plot.final_metrics(runs)
-    assert stats["alpha"]["reward"] == pytest.approx((0.14, 0.1, 3))  # the resumed run's stale steps are gone
+    # the resumed run's stale steps are gone
+    assert stats["alpha"]["reward"] == pytest.approx((0.14, 0.1, 3))
     assert stats["beta"]["reward"] == pytest.approx((0.94, 0.1, 3))
     assert stats["alpha"]["entropy"] == pytest.approx((1.2, 0.2, 3))
-    assert stats["beta"]["eval/accuracy"] == pytest.approx((0.45, 0.1, 3))  # the last eval, not step 0's
+    # the last eval, not step 0's
+    assert stats["beta"]["eval/accuracy"] == pytest.approx((0.45, 0.1, 3))
     assert stats["beta"]["completion_len"] == pytest.approx((10.0, 0.0, 3))
-    # the skipped step counts only with what it logged (its rollout seconds): alpha_s1's last 3 are 3.5, 3.5, 3.0
+    # the skipped step counts only with what it logged (its rollout seconds): alpha_s1's last 3
+    # are 3.5, 3.5, 3.0
     assert stats["alpha"]["step_seconds"][0] == pytest.approx((3.5 + 10 / 3 + 3.5) / 3)
     assert "degenerate_frac" not in stats["alpha"]
     # None is skipped: beta_s1's final completion_len_correct is the mean of steps 2-4
@@ -92,18 +102,22 @@ def test_final_metrics_mean_and_std_over_seeds(tmp_path):
 def test_summary_reports_only_differences_beyond_seed_spread(tmp_path):
     text = plot.summary_table(plot.load_runs(make_runs(tmp_path)))
     lines = text.splitlines()
-    assert ("| variant | seeds | reward | eval/accuracy | entropy | completion_len | loss/clip_frac | "
-            "rollout_mismatch | step_seconds |") in lines  # degenerate_frac: no run has it, no column
-    assert any(line.startswith("| alpha | 3 | 0.14 ± 0.1 | 0.4 ± 0.1 | 1.2 ± 0.2 | 10 ± 0 |") for line in lines)
+    # degenerate_frac: no run has it, no column
+    assert ("| variant | seeds | reward | eval/accuracy | entropy | completion_len | "
+            "loss/clip_frac | rollout_mismatch | step_seconds |") in lines
+    assert any(line.startswith("| alpha | 3 | 0.14 ± 0.1 | 0.4 ± 0.1 | 1.2 ± 0.2 | 10 ± 0 |")
+               for line in lines)
     diffs = lines[lines.index("## Differences beyond seed spread"):]
     assert "- reward: beta 0.94 ± 0.1 > alpha 0.14 ± 0.1 (difference 0.8, spread 0.2)" in diffs
-    assert not any(line.startswith(("- entropy", "- eval/accuracy", "- completion_len")) for line in diffs)
+    assert not any(line.startswith(("- entropy", "- eval/accuracy", "- completion_len"))
+                   for line in diffs)
     assert not any("one seed" in line for line in diffs)
 
 
 def test_summary_says_when_nothing_differs_and_when_one_seed_is_all(tmp_path):
     dirs = make_runs(tmp_path)
-    text = plot.summary_table(plot.load_runs(dirs[:2] + dirs[3:5]))  # two seeds each: reward 0.19 vs 0.89 +- 0.071
+    # two seeds each: reward 0.19 vs 0.89 +- 0.071
+    text = plot.summary_table(plot.load_runs(dirs[:2] + dirs[3:5]))
     assert "- reward: beta" in text
     same = plot.load_runs([d for d in dirs if "alpha" in d])
     same["alpha_copy"] = same["alpha"]
@@ -118,63 +132,72 @@ def test_summary_says_when_nothing_differs_and_when_one_seed_is_all(tmp_path):
 def test_plots_are_written(tmp_path):
     paths, text = plot.plot_runs(make_runs(tmp_path), str(tmp_path / "plots"))
     names = sorted(os.path.basename(p) for p in paths)
-    assert names == sorted(["reward.png", "eval_accuracy.png", "entropy.png", "completion_len.png", "clip_frac.png",
-                            "rollout_mismatch.png", "cov_logp_adv.png", "value_loss.png", "summary.md"])
+    assert names == sorted(["reward.png", "eval_accuracy.png", "entropy.png", "completion_len.png",
+                            "clip_frac.png", "rollout_mismatch.png", "cov_logp_adv.png",
+                            "value_loss.png", "summary.md"])
     for p in paths:
         assert os.path.getsize(p) > 1000 or p.endswith(".md")
         if p.endswith(".png"):
             assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert open(tmp_path / "plots" / "summary.md").read() == text
     # the command line, default --out: the runs' common parent
-    out = subprocess.run([sys.executable, "plot.py", *make_runs(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run([sys.executable, "plot.py", *make_runs(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
     assert "## Differences beyond seed spread" in out
     assert os.path.getsize(tmp_path / "cmp" / "plots" / "reward.png") > 1000
 
 
 def compare(*args, timeout=120):
-    return subprocess.run([sys.executable, "compare.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "compare.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def test_compare_dry_run_prints_the_commands(tmp_path):
     cfg = tmp_path / "my_variant.py"
     cfg.write_text("loss_type = 'dapo'\nmax_iters = 4\n")
     out = tmp_path / "cmp"
-    write_log(out / "grpo_s1", [train_record(t, 0.5, 1.0) for t in (1, 2, 3)])  # reaches max_iters=3: skipped
+    # reaches max_iters=3: skipped
+    write_log(out / "grpo_s1", [train_record(t, 0.5, 1.0) for t in (1, 2, 3)])
     os.makedirs(out / "my_variant_s0" / "ckpt")
-    (out / "my_variant_s0" / "ckpt" / "meta.json").write_text('{"step": 2}')  # stopped at step 2 of 4: resumed
-    result = compare("--variants=grpo," + str(cfg), "--seeds=0,1", f"--out={out}", "--dry_run", "--", "--max_iters=3")
+    # stopped at step 2 of 4: resumed
+    (out / "my_variant_s0" / "ckpt" / "meta.json").write_text('{"step": 2}')
+    result = compare("--variants=grpo," + str(cfg), "--seeds=0,1", f"--out={out}", "--dry_run",
+                     "--", "--max_iters=3")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     commands = [line.split(" ", 2)[2] for line in lines if not line.startswith("#")]
     assert commands == [
         f"config/cpu_demo.py --loss_type=grpo --max_iters=3 --out_dir={out}/grpo_s0 --seed=0",
         f"config/cpu_demo.py --loss_type=grpo --max_iters=3 --out_dir={out}/grpo_s1 --seed=1",
-        f"config/cpu_demo.py {cfg} --max_iters=3 --out_dir={out}/my_variant_s0 --seed=0 --init_from=resume",
+        f"config/cpu_demo.py {cfg} --max_iters=3 --out_dir={out}/my_variant_s0 --seed=0 "
+        "--init_from=resume",
         f"config/cpu_demo.py {cfg} --max_iters=3 --out_dir={out}/my_variant_s1 --seed=1"]
-    assert all(line.split(" ", 2)[1].endswith("train.py") for line in lines if not line.startswith("#"))
-    assert "# grpo_s1: skipped, its log reaches max_iters (delete its directory to run it again)" in lines
+    assert all(line.split(" ", 2)[1].endswith("train.py")
+               for line in lines if not line.startswith("#"))
+    assert ("# grpo_s1: skipped, its log reaches max_iters (delete its directory to run it again)"
+            in lines)
     assert "# grpo_s0: runs" in lines
     # the --max_iters=3 override wins over the file's 4: a checkpoint at step 2 is resumed
     assert "# my_variant_s0: resumes from its checkpoint" in lines
-    result = compare("--variants=" + str(cfg), "--seeds=0", f"--out={out}", "--dry_run")  # max_iters=4 from the file
+    # max_iters=4 from the file
+    result = compare("--variants=" + str(cfg), "--seeds=0", f"--out={out}", "--dry_run")
     assert result.stdout.splitlines()[1].endswith("--seed=0 --init_from=resume")
     assert not os.path.exists(out / "grpo_s0")  # a dry run runs nothing
 
 
 def test_compare_reports_a_failed_run_and_runs_the_others(tmp_path):
-    """A variant whose config file raises fails (train.py: exit code 2); the next run still runs (max_iters=0,
-    no eval: model load only, a few seconds) and compare.py exits 1."""
+    """A variant whose config file raises fails (train.py: exit code 2); the next run still runs
+    (max_iters=0, no eval: model load only, a few seconds) and compare.py exits 1."""
     cfg = tmp_path / "broken.py"
     cfg.write_text("raise RuntimeError('boom')\n")
     out = tmp_path / "cmp"
-    result = compare(f"--variants={cfg},grpo", f"--out={out}", "--", "--max_iters=0", "--eval_interval=0",
-                     "--rollout_engine=hf")
+    result = compare(f"--variants={cfg},grpo", f"--out={out}", "--", "--max_iters=0",
+                     "--eval_interval=0", "--rollout_engine=hf")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "broken_s0: FAILED with exit code 2" in result.stdout
     assert f"{cfg}: RuntimeError: boom" in result.stdout  # the tail of its train.out
     assert "grpo_s0: done" in result.stdout
     assert "1 of 2 runs failed: broken_s0" in result.stdout
     assert "config error" in open(out / "broken_s0" / "train.out").read()
-    assert os.path.exists(out / "grpo_s0" / "log.jsonl") and os.path.exists(out / "grpo_s0" / "train.out")
+    assert (os.path.exists(out / "grpo_s0" / "log.jsonl")
+            and os.path.exists(out / "grpo_s0" / "train.out"))

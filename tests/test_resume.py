@@ -1,5 +1,6 @@
-"""Long runs are safe to interrupt: exact resume after SIGKILL, a clean stop on SIGTERM, clear errors for a
-checkpoint that does not fit the run. CPU, HF engine (its sampler's RNG is ours to save), tiny steps."""
+"""Long runs are safe to interrupt: exact resume after SIGKILL, a clean stop on SIGTERM, clear
+errors for a checkpoint that does not fit the run. CPU, HF engine (its sampler's RNG is ours to
+save), tiny steps."""
 import json
 import os
 import signal
@@ -9,8 +10,8 @@ import time
 
 from conftest import ROOT
 
-TINY_HF = ["config/cpu_demo.py", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8", "--micro_batch_size=4",
-           "--rollout_engine=hf", "--eval_interval=0", "--max_iters=6"]
+TINY_HF = ["config/cpu_demo.py", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
+           "--micro_batch_size=4", "--rollout_engine=hf", "--eval_interval=0", "--max_iters=6"]
 
 
 def command(*args):
@@ -43,9 +44,10 @@ def logged_steps(out_dir):
 
 
 def start_and_signal(out_dir, signum, ready, *args):
-    """Start a run, send signum as soon as ready(out_dir) holds, return (exit code, stdout, stderr)."""
-    proc = subprocess.Popen(command(f"--out_dir={out_dir}", *args), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    """Start a run, send signum as soon as ready(out_dir) holds, return (exit code, stdout,
+    stderr)."""
+    proc = subprocess.Popen(command(f"--out_dir={out_dir}", *args), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 600
     while not ready(out_dir) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -57,7 +59,8 @@ def start_and_signal(out_dir, signum, ready, *args):
 def test_resume_after_sigkill_is_bit_for_bit(tmp_path):
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
     run(f"--out_dir={full}", "--ckpt_interval=1")
-    code, _, _ = start_and_signal(killed, signal.SIGKILL, lambda d: checkpoint_step(d) >= 3, "--ckpt_interval=1")
+    code, _, _ = start_and_signal(killed, signal.SIGKILL, lambda d: checkpoint_step(d) >= 3,
+                                  "--ckpt_interval=1")
     assert code == -signal.SIGKILL and checkpoint_step(killed) == 3
     result = run(f"--out_dir={killed}", "--init_from=resume", "--ckpt_interval=1")
     assert "resumed from" in result.stdout and "at step 3" in result.stdout
@@ -70,7 +73,8 @@ def test_resume_after_sigkill_is_bit_for_bit(tmp_path):
 
 def test_sigterm_finishes_the_step_checkpoints_and_exits_cleanly(tmp_path):
     out_dir = str(tmp_path / "run")
-    code, out, err = start_and_signal(out_dir, signal.SIGTERM, lambda d: logged_steps(d) >= 1, "--ckpt_interval=0")
+    code, out, err = start_and_signal(out_dir, signal.SIGTERM, lambda d: logged_steps(d) >= 1,
+                                      "--ckpt_interval=0")
     assert code == 0, err[-3000:]
     done = checkpoint_step(out_dir)  # no checkpoint was due before step 6: this one is the stop's
     # usually the signal lands in step 2, which finishes (done = 2); on a loaded CPU it can land
@@ -99,11 +103,12 @@ def write_meta(out_dir, **meta):
 def test_a_checkpoint_that_does_not_fit_is_an_error_before_any_work(tmp_path):
     other = str(tmp_path / "other")
     write_meta(other, step=5, model_source="Qwen/Qwen2.5-0.5B-Instruct",
-               config={"data_dir": "data/arithmetic", "seed": 0, "prompts_per_step": 2, "group_size": 4})
+               config={"data_dir": "data/arithmetic", "seed": 0, "prompts_per_step": 2,
+                       "group_size": 4})
     result = run(f"--out_dir={other}", expect=2)
     assert result.stderr.strip().splitlines()[-1] == (
-        f"config error: {other}/ckpt is a checkpoint of 'Qwen/Qwen2.5-0.5B-Instruct', not 'models/smollm2/hf': "
-        "choose another out_dir, or --init_from=resume")
+        f"config error: {other}/ckpt is a checkpoint of 'Qwen/Qwen2.5-0.5B-Instruct', "
+        "not 'models/smollm2/hf': choose another out_dir, or --init_from=resume")
     result = run(f"--out_dir={other}", "--init_from=resume", "--seed=1", expect=2)
     assert "cannot resume" in result.stderr and "different seed" in result.stderr
     result = run(f"--out_dir={tmp_path / 'empty'}", "--init_from=resume", expect=2)
@@ -114,4 +119,5 @@ def test_prompts_longer_than_max_prompt_len_are_skipped_at_load(tmp_path):
     # every arithmetic prompt is ~46 tokens with the chat template: none fits in 20
     result = run(f"--out_dir={tmp_path / 'run'}", "--max_prompt_len=20", expect=2)
     assert "train: 5000 prompts longer than max_prompt_len=20 tokens skipped" in result.stdout
-    assert result.stderr.strip().splitlines()[-1] == "config error: no training prompt fits in max_prompt_len=20 tokens"
+    assert result.stderr.strip().splitlines()[-1] == (
+        "config error: no training prompt fits in max_prompt_len=20 tokens")

@@ -1,9 +1,9 @@
 """Tests for rewards.py and the data/<task>/prepare.py conversions. Fast, offline, no model:
     python -m pytest -q tests/test_rewards.py
 
-The length-shaping tests use the worked examples of seed 000 (DAPO's R_length, Kimi k1.5's length reward).
-The hub-backed tasks are tested through their convert() on raw rows in tests/samples/ (the hub's format),
-so no download is needed.
+The length-shaping tests use the worked examples of seed 000 (DAPO's R_length, Kimi k1.5's length
+reward). The hub-backed tasks are tested through their convert() on raw rows in tests/samples/ (the
+hub's format), so no download is needed.
 """
 import importlib.util
 import json
@@ -33,7 +33,8 @@ def load_samples(task):
 
 
 def test_registries_cover_every_task():
-    assert set(REWARDS) == set(FORMATS) == {"arithmetic", "countdown", "gsm8k", "dapo_math", "aime24"}
+    assert set(REWARDS) == set(FORMATS) == {"arithmetic", "countdown", "gsm8k", "dapo_math",
+                                            "aime24"}
 
 
 # ----------------------------------------------------------------------------
@@ -87,7 +88,8 @@ def test_kimi_length_reward_rejects_ragged_input():
 # arithmetic
 
 @pytest.mark.parametrize("completion, expected", [
-    ("42", 1.0), ("17 + 25 = 42", 1.0), ("The answer is 42.", 1.0), ("32", 0.0), ("17 + 25 = 32 so 42", 0.0),
+    ("42", 1.0), ("17 + 25 = 42", 1.0), ("The answer is 42.", 1.0), ("32", 0.0),
+    ("17 + 25 = 32 so 42", 0.0),
 ])
 def test_arithmetic_reward(completion, expected):
     assert REWARDS["arithmetic"](completion, "42") == expected
@@ -121,8 +123,8 @@ def test_listing_several_candidates_never_earns_a_reward(candidates):
 
 
 def test_arithmetic_prepare_holds_out_unordered_pairs(tmp_path):
-    """a + b = b + a: a held-out pair is a training prompt in neither order. The script writes next to
-    itself, so a copy of it runs in tmp_path (with the default arguments)."""
+    """a + b = b + a: a held-out pair is a training prompt in neither order. The script writes next
+    to itself, so a copy of it runs in tmp_path (with the default arguments)."""
     import shutil
     import subprocess
     script = shutil.copy(os.path.join(REPO, "data", "arithmetic", "prepare.py"), tmp_path)
@@ -139,7 +141,8 @@ def test_arithmetic_prepare_holds_out_unordered_pairs(tmp_path):
     assert not held_out & {frozenset(pair) for pair in train}
 
 
-@pytest.mark.parametrize("completion, expected", [("42", 1.0), (" 42\n", 1.0), ("The answer is 42.", 0.0)])
+@pytest.mark.parametrize("completion, expected",
+                         [("42", 1.0), (" 42\n", 1.0), ("The answer is 42.", 0.0)])
 def test_arithmetic_format(completion, expected):
     assert FORMATS["arithmetic"](completion) == expected
 
@@ -151,7 +154,8 @@ NUMS = {"target": 24, "numbers": [1, 3, 4, 6]}
 
 
 @pytest.mark.parametrize("expression, expected", [
-    ("6 / (1 - 3 / 4)", 1.0),             # non-integer intermediate (3/4): allowed, exact with Fraction
+    # non-integer intermediate (3/4): allowed, exact with Fraction
+    ("6 / (1 - 3 / 4)", 1.0),
     ("(6 * 4) * (3 - 1) / 2", 0.0),       # uses 2, not given
     ("6 * 4 * (3 - 1)", 0.0),             # every number once, but the value is 48
     ("6 * 4", 0.0),                       # misses 1 and 3
@@ -163,7 +167,8 @@ NUMS = {"target": 24, "numbers": [1, 3, 4, 6]}
     ("(3 - 1) * 4 + 6", 0.0),             # all numbers once, value 14
     ("6 / (4 - 3 - 1)", 0.0),             # division by zero
     ("6 / (1 - 3 / 4)" + " " * 200, 0.0), # over MAX_EXPRESSION_CHARS, though right
-    ("((((((((((6 / (1 - 3 / 4)))))))))))", 0.0),  # parentheses nested deeper than MAX_NESTING, though right
+    # parentheses nested deeper than MAX_NESTING, though right
+    ("((((((((((6 / (1 - 3 / 4)))))))))))", 0.0),
     ("(((((((((6 / (1 - 3 / 4))))))))))", 1.0),    # ... and at the limit it is fine
     ("0000006 / (1 - 3 / 4)", 0.0),       # a literal longer than MAX_LITERAL_DIGITS
     ("6.0 / (1 - 3 / 4)", 0.0),           # float literal
@@ -184,51 +189,63 @@ NUMS = {"target": 24, "numbers": [1, 3, 4, 6]}
     ("1e1 + 6 + 4 + 3 + 1", 0.0),         # exponent notation
 ])
 def test_countdown_reward_table(expression, expected):
-    assert REWARDS["countdown"](f"<think>...</think> <answer>{expression}</answer>", NUMS) == expected
+    assert REWARDS["countdown"](f"<think>...</think> <answer>{expression}</answer>",
+                                NUMS) == expected
 
 
 @pytest.mark.parametrize("completion, answer, expected", [
     ("<answer> (1 + 2) / 3 </answer>", {"target": 1, "numbers": [1, 2, 3]}, 1.0),
-    ("<answer>\n  (44 - 19) + 35\n</answer>", {"target": 60, "numbers": [44, 19, 35]}, 1.0),  # newlines
-    ("<answer>3 * 3 - 2</answer>", {"target": 7, "numbers": [3, 2, 3]}, 1.0),  # a number given twice
-    ("<answer>3 * 2</answer>", {"target": 6, "numbers": [3, 2, 3]}, 0.0),      # ... must be used twice
+    # newlines
+    ("<answer>\n  (44 - 19) + 35\n</answer>", {"target": 60, "numbers": [44, 19, 35]}, 1.0),
+    # a number given twice
+    ("<answer>3 * 3 - 2</answer>", {"target": 7, "numbers": [3, 2, 3]}, 1.0),
+    # ... must be used twice
+    ("<answer>3 * 2</answer>", {"target": 6, "numbers": [3, 2, 3]}, 0.0),
     ("(1 + 2) / 3", {"target": 1, "numbers": [1, 2, 3]}, 0.0),                 # no tags
     ("<answer>(1 + 2) / 3", {"target": 1, "numbers": [1, 2, 3]}, 0.0),         # no closing tag
     ("</answer>(1 + 2) / 3<answer>", {"target": 1, "numbers": [1, 2, 3]}, 0.0),  # tags reversed
-    ("<answer>1 + 2 + 3</answer> no: <answer>(1 + 2) / 3</answer>", {"target": 1, "numbers": [1, 2, 3]}, 1.0),
-    ("<answer>(1 + 2) / 3</answer> no: <answer>1 + 2 + 3</answer>", {"target": 1, "numbers": [1, 2, 3]}, 0.0),
+    ("<answer>1 + 2 + 3</answer> no: <answer>(1 + 2) / 3</answer>",
+     {"target": 1, "numbers": [1, 2, 3]}, 1.0),
+    ("<answer>(1 + 2) / 3</answer> no: <answer>1 + 2 + 3</answer>",
+     {"target": 1, "numbers": [1, 2, 3]}, 0.0),
     ("<answer>5 / (3 - 3)</answer>", {"target": 5, "numbers": [5, 3, 3]}, 0.0),  # division by zero
-    ("<answer>2 - 3 + 4</answer>", {"target": 3, "numbers": [2, 3, 4]}, 1.0),    # negative intermediate ok
+    # negative intermediate ok
+    ("<answer>2 - 3 + 4</answer>", {"target": 3, "numbers": [2, 3, 4]}, 1.0),
     ("<answer>2 - 1</answer>", {"target": 1, "numbers": [1, 2]}, 1.0),
-    ("<answer>1_3 + 11</answer>", {"target": 24, "numbers": [1, 3, 11]}, 0.0),  # Python reads 1_3 as 13
+    # Python reads 1_3 as 13
+    ("<answer>1_3 + 11</answer>", {"target": 24, "numbers": [1, 3, 11]}, 0.0),
     ("<answer>-1 + 2</answer>", {"target": 1, "numbers": [1, 2]}, 0.0),  # unary minus: not allowed
     ("<answer>+2 - 1</answer>", {"target": 1, "numbers": [1, 2]}, 0.0),  # unary plus: not allowed
-    ("<answer>2 - 1</answer>" + " " * 10 ** 5, {"target": 1, "numbers": [1, 2]}, 1.0),  # trailing spaces
+    # trailing spaces
+    ("<answer>2 - 1</answer>" + " " * 10 ** 5, {"target": 1, "numbers": [1, 2]}, 1.0),
 ])
 def test_countdown_reward_cases(completion, answer, expected):
     assert REWARDS["countdown"](completion, answer) == expected
 
 
 def hostile_completions():
-    """200 completions built to be slow or dangerous for a careless verifier (eval, backtracking regex,
-    deep recursion, huge integers). Every one must score 0.0."""
+    """200 completions built to be slow or dangerous for a careless verifier (eval, backtracking
+    regex, deep recursion, huge integers). Every one must score 0.0."""
     payloads = [
         "9" * 10 ** 6, "(" * 10 ** 5, ")" * 10 ** 5, "(" * 10 ** 5 + "1" + ")" * 10 ** 5,
         "2**2**2**2**2", "9**9**9**9", "10**10**10", "(" * 150 + "1" + ")" * 150,
         "(" * 11 + "6 / (1 - 3 / 4)" + ")" * 11,
-        "-" * 150 + "1", "1" + "+1" * 99, "1" + "*9" * 99, "9" * 5000 + " * 1", "999999999999 * 3 * 4 * 6",
-        "1e309", "1e309 - 1e309", "float('inf')", "__import__('os').system('echo pwned')",
-        "(lambda: 24)()", "().__class__.__bases__[0]", "open('/etc/passwd').read()", "[1, 3, 4, 6]",
-        "{'a': 1}", "24 if True else 0", "not 0", "1 if 1 else 1", "sum(range(10**9))", "24j", "0x18",
-        "0b11000", "1_3 + 4 + 6", "'24'", "b'24'", "f'{24}'", "24;", "exec('1')", "eval('24')",
+        "-" * 150 + "1", "1" + "+1" * 99, "1" + "*9" * 99, "9" * 5000 + " * 1",
+        "999999999999 * 3 * 4 * 6", "1e309", "1e309 - 1e309", "float('inf')",
+        "__import__('os').system('echo pwned')", "(lambda: 24)()", "().__class__.__bases__[0]",
+        "open('/etc/passwd').read()", "[1, 3, 4, 6]", "{'a': 1}", "24 if True else 0", "not 0",
+        "1 if 1 else 1", "sum(range(10**9))", "24j", "0x18", "0b11000", "1_3 + 4 + 6", "'24'",
+        "b'24'", "f'{24}'", "24;", "exec('1')", "eval('24')",
         "٢٤", "𝟐𝟒", "²⁴", "1 + 3 + 4 + 6\x00", "1 / 0", "6 / 0 * 1 * 3 * 4",
         "(1 + 3 + 4 + 6) " * 100, "A" * 10 ** 6,
     ]
     completions = [f"<answer>{p}</answer>" for p in payloads]
     completions += ["<answer>" * 10 ** 5, "</answer>" * 10 ** 5, "<answer>" * 10 ** 5 + "</answer>",
-                    "x" * 10 ** 6 + "<answer>" + "9" * 10 ** 6 + "</answer>", "<" * 10 ** 6, "#" * 10 ** 6]
+                    "x" * 10 ** 6 + "<answer>" + "9" * 10 ** 6 + "</answer>", "<" * 10 ** 6,
+                    "#" * 10 ** 6]
     i = 0
-    while len(completions) < 200:  # deterministic variations: deep nesting and long chains of many sizes
+    # deterministic variations: deep nesting and long chains of many sizes
+    while len(completions) < 200:
         n = 50 + 37 * i
         completions.append("<answer>" + "(" * n + "6" + ")" * n + "</answer>")
         completions.append("<answer>" + "1+" * n + "1</answer>")
@@ -271,16 +288,19 @@ def test_countdown_generator_rows_are_solvable_and_distinct():
     for row in rows:
         numbers, target = row["answer"]["numbers"], row["answer"]["target"]
         assert 3 <= len(numbers) <= 4 and all(1 <= n <= 99 for n in numbers) and 1 <= target <= 999
-        assert REWARDS["countdown"](f"<answer>{row['meta']['solution']}</answer>", row["answer"]) == 1.0
+        assert REWARDS["countdown"](f"<answer>{row['meta']['solution']}</answer>",
+                                    row["answer"]) == 1.0
         prompt = row["prompt"][0]["content"]
-        assert prompt.startswith(f"Using the numbers {numbers}, create an equation that equals {target}.")
+        assert prompt.startswith(
+            f"Using the numbers {numbers}, create an equation that equals {target}.")
     assert countdown.make_rows(50, seed=0) == rows[:50]        # seeded
     assert countdown.make_rows(50, seed=1) != rows[:50]
 
 
 def test_countdown_generator_excludes_test_problems():
     countdown = load_prepare("countdown")
-    small = dict(min_count=3, max_count=3, max_number=5, max_target=20)  # a small space, so overlaps are likely
+    # a small space, so overlaps are likely
+    small = dict(min_count=3, max_count=3, max_number=5, max_target=20)
     test = countdown.make_rows(40, seed=0, **small)
     test_keys = {countdown.problem_key(r) for r in test}
     train = countdown.make_rows(60, seed=1, exclude=test_keys, **small)
@@ -299,13 +319,16 @@ def test_gsm8k_convert_samples():
     assert rows[0]["prompt"][0]["role"] == "user"
     assert rows[0]["prompt"][0]["content"].startswith("Natalia sold clips to 48 of her friends")
     assert rows[0]["prompt"][0]["content"].endswith('output the final answer after "####".')
-    assert "####" not in rows[0]["meta"]["solution"] and "<<48+24=72>>" in rows[0]["meta"]["solution"]
+    assert ("####" not in rows[0]["meta"]["solution"]
+            and "<<48+24=72>>" in rows[0]["meta"]["solution"])
     assert gsm8k.convert({"question": "q", "answer": "so\n#### 1,000"})["answer"] == "1000"
     with pytest.raises(ValueError):
         gsm8k.convert({"question": "q", "answer": "no final line"})
     for row in rows:  # the reference solution itself scores 1, a wrong number 0
-        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {row['answer']}", row["answer"]) == 1.0
-        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {int(row['answer']) + 1}", row["answer"]) == 0.0
+        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {row['answer']}",
+                                row["answer"]) == 1.0
+        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {int(row['answer']) + 1}",
+                                row["answer"]) == 0.0
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -331,7 +354,8 @@ def test_gsm8k_reward_commas():
 
 
 @pytest.mark.parametrize("completion, expected", [
-    ("work\n#### 72", 1.0), ("#### 1,000 dollars", 1.0), ("The answer is 72.", 0.0), ("#### seventy-two", 0.0),
+    ("work\n#### 72", 1.0), ("#### 1,000 dollars", 1.0), ("The answer is 72.", 0.0),
+    ("#### seventy-two", 0.0),
 ])
 def test_gsm8k_format(completion, expected):
     assert FORMATS["gsm8k"](completion) == expected
@@ -345,8 +369,10 @@ def test_dapo_math_convert_samples():
     raw_rows = load_samples("dapo_math")
     rows = [dapo.convert(raw) for raw in raw_rows]
     assert [r["answer"] for r in rows] == ["34", "113", "-3"]
-    assert [r["prompt"] for r in rows] == [raw["prompt"] for raw in raw_rows]  # the DAPO prompt, as given
-    assert rows[0]["prompt"][0]["content"].endswith('Remember to put your answer on its own line after "Answer:".')
+    # the DAPO prompt, as given
+    assert [r["prompt"] for r in rows] == [raw["prompt"] for raw in raw_rows]
+    assert rows[0]["prompt"][0]["content"].endswith(
+        'Remember to put your answer on its own line after "Answer:".')
     assert rows[0]["meta"]["index"] == raw_rows[0]["extra_info"]["index"]
     assert dapo.deduplicate(rows + rows[::-1]) == rows
     for row in rows:
@@ -360,10 +386,12 @@ def test_aime24_convert_samples():
     rows = [aime.convert(raw) for raw in load_samples("aime24")]
     assert [r["answer"] for r in rows] == ["204", "25", "601"]  # "025" normalized
     content = rows[0]["prompt"][0]["content"]
-    assert content.startswith("Solve the following math problem step by step. The last line of your response "
-                              "should be of the form Answer: $Answer (without quotes) where $Answer is the "
-                              "answer to the problem.\n\nEvery morning Aya goes for a $9$-kilometer-long walk")
-    assert content.endswith('coffee shop.\n\nRemember to put your answer on its own line after "Answer:".')
+    assert content.startswith(
+        "Solve the following math problem step by step. The last line of your response "
+        "should be of the form Answer: $Answer (without quotes) where $Answer is the "
+        "answer to the problem.\n\nEvery morning Aya goes for a $9$-kilometer-long walk")
+    assert content.endswith(
+        'coffee shop.\n\nRemember to put your answer on its own line after "Answer:".')
     assert rows[0]["meta"]["id"] == 60
     assert REWARDS["aime24"]("... so the product is 25.\nAnswer: 025", "25") == 1.0
     for row in rows:
@@ -380,16 +408,19 @@ def test_hub_prepare_without_datasets_fails_in_one_line(tmp_path):
         result = subprocess.run([sys.executable, os.path.join(REPO, "data", task, "prepare.py")],
                                 capture_output=True, text=True, env=env, timeout=60)
         assert result.returncode == 1
-        assert result.stderr.strip().count("\n") == 0 and f"{task}: cannot download" in result.stderr
+        assert (result.stderr.strip().count("\n") == 0
+                and f"{task}: cannot download" in result.stderr)
         assert "pip install datasets" in result.stderr
 
 
 @pytest.mark.parametrize("completion, expected", [
     ("work\nAnswer: 34", 1.0), ("Answer: 34\n", 1.0), ("answer: 34", 1.0), ("ANSWER : 34", 1.0),
-    ("Answer: $34$", 1.0), ("Answer: \\boxed{34}", 1.0), ("Answer: **34**", 1.0), ("Answer: 34.", 1.0),
+    ("Answer: $34$", 1.0), ("Answer: \\boxed{34}", 1.0), ("Answer: **34**", 1.0),
+    ("Answer: 34.", 1.0),
     ("Answer: 034", 1.0), ("Answer: 34.0", 1.0), ("Answer: $34$.", 1.0), ("Answer: 34...", 1.0),
     ("Answer: .34", 0.0), ("Answer: $.34$", 0.0), ("Answer: **.34**", 0.0),  # ".34" is not 34
-    ("Answer: 35", 0.0), ("Answer: 34 or 35", 0.0), ("Answer: 34\nAnswer: 35", 0.0),  # the last one counts
+    # the last one counts
+    ("Answer: 35", 0.0), ("Answer: 34 or 35", 0.0), ("Answer: 34\nAnswer: 35", 0.0),
     ("Answer: 35\nAnswer: 34", 1.0), ("Answer:", 0.0), ("The answer is 34.", 0.0), ("34", 0.0),
     ("Answer: 34" + " " * 5000, 1.0),                     # trailing whitespace is still the tail
     ("Answer: 34\n" + "x" * 10 ** 6, 0.0),                # far from the end: not read
@@ -432,5 +463,6 @@ def test_safe_score_turns_errors_and_timeouts_into_zero():
     start = time.perf_counter()
     score, error = safe_score(endless, "42", "42", timeout=0.2)
     assert score == 0.0 and isinstance(error, TimeoutError) and time.perf_counter() - start < 1.0
-    assert safe_score(REWARDS["arithmetic"], "41", "42") == (0.0, None)  # the alarm was cleared: no late raise
+    # the alarm was cleared: no late raise
+    assert safe_score(REWARDS["arithmetic"], "41", "42") == (0.0, None)
     time.sleep(0.3)

@@ -3,9 +3,9 @@ Addition problems as chat prompts: the offline default task, generated (no downl
 
 Every task in data/ writes rows of one general format, one JSON object per line:
     {"prompt": [{"role": "user", "content": "..."}], "answer": "42", "meta": {...}}
-`prompt` is a list of chat messages (the tokenizer's chat template turns it into text), `answer` is what
-the task's verifier in rewards.py compares against (math answers are integers written as strings),
-`meta` is optional and free-form.
+`prompt` is a list of chat messages (the tokenizer's chat template turns it into text), `answer` is
+what the task's verifier in rewards.py compares against (math answers are integers written as
+strings), `meta` is optional and free-form.
 
 The test split holds operand pairs that never appear in the train split, in either order: a + b is
 b + a, so if {a, b} is held out, neither "a + b" nor "b + a" is a training prompt. Held-out accuracy

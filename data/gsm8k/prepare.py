@@ -1,11 +1,13 @@
 """
-GSM8K (openai/gsm8k, config "main"): grade-school word problems whose answers are integers. Downloads
-from the Hugging Face hub with `datasets` (pip install datasets) and writes the general row format (see
-data/arithmetic/prepare.py): train.jsonl (7,473 rows) and test.jsonl (1,319 rows), the dataset's splits.
+GSM8K (openai/gsm8k, config "main"): grade-school word problems whose answers are integers.
+Downloads from the Hugging Face hub with `datasets` (pip install datasets) and writes the general
+row format (see data/arithmetic/prepare.py): train.jsonl (7,473 rows) and test.jsonl (1,319 rows),
+the dataset's splits.
 
-A raw row is {"question": "...", "answer": "<worked solution>\\n#### 72"}. Our row's answer is the integer
-after '####' ("72", commas removed); the worked solution goes to meta. The prompt is the question plus
-verl's GSM8K instruction, which asks for the same '#### N' form that rewards.gsm8k_reward reads.
+A raw row is {"question": "...", "answer": "<worked solution>\\n#### 72"}. Our row's answer is the
+integer after '####' ("72", commas removed); the worked solution goes to meta. The prompt is the
+question plus verl's GSM8K instruction, which asks for the same '#### N' form that
+rewards.gsm8k_reward reads.
 
     python data/gsm8k/prepare.py
 """
@@ -23,7 +25,8 @@ def convert(raw):
     solution, marker, final = raw["answer"].rpartition("####")
     answer = final.strip().replace(",", "")
     if not marker or not re.fullmatch(r"-?[0-9]+", answer):
-        raise ValueError(f"GSM8K answer does not end with '#### <integer>': {raw['answer'][-80:]!r}")
+        raise ValueError("GSM8K answer does not end with '#### <integer>': "
+                         f"{raw['answer'][-80:]!r}")
     return {"prompt": [{"role": "user", "content": f"{raw['question']} {INSTRUCTION}"}],
             "answer": answer, "meta": {"solution": solution.strip()}}
 
@@ -37,16 +40,19 @@ def write_jsonl(path, rows):
 
 def main():
     try:
-        from datasets import load_dataset  # imported here: the offline tasks and the tests don't need it
+        # imported here: the offline tasks and the tests don't need it
+        from datasets import load_dataset
         splits = load_dataset(DATASET, CONFIG)
     except ImportError:
-        sys.exit(f"gsm8k: cannot download {DATASET} (`datasets` is not installed: pip install datasets)")
+        sys.exit(f"gsm8k: cannot download {DATASET} "
+                 "(`datasets` is not installed: pip install datasets)")
     except Exception as e:  # no network, hub down, ...: one line, not a traceback
         sys.exit(f"gsm8k: cannot download {DATASET} (is the hub reachable? "
                  f"{type(e).__name__}: {str(e)[:200]!r})")
     out_dir = os.path.dirname(os.path.abspath(__file__))
     for split in ("train", "test"):
-        write_jsonl(os.path.join(out_dir, f"{split}.jsonl"), [convert(raw) for raw in splits[split]])
+        write_jsonl(os.path.join(out_dir, f"{split}.jsonl"),
+                    [convert(raw) for raw in splits[split]])
 
 
 if __name__ == "__main__":
