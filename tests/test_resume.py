@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import ROOT
 
 TINY_HF = ["config/cpu_demo.py", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
@@ -56,7 +58,12 @@ def start_and_signal(out_dir, signum, ready, *args):
     return proc.returncode, out, err
 
 
-def test_resume_after_sigkill_is_bit_for_bit(tmp_path):
+def test_resume_after_sigkill_continues_the_same_run(tmp_path):
+    """The resumed run samples exactly what the uninterrupted one sampled (RNG, data position and
+    weights restored: rewards and lengths equal), and its losses and gradients agree to 1e-5. Not bit
+    for bit: fp32 CPU kernels are not bit-deterministic run to run (multithreaded reductions; two runs
+    of the same code differed by 6e-7 relative in grad_norm), while a resume that lost the optimizer
+    state or the RNG changes these numbers by far more."""
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
     run(f"--out_dir={full}", "--ckpt_interval=1")
     code, _, _ = start_and_signal(killed, signal.SIGKILL, lambda d: checkpoint_step(d) >= 3,
@@ -67,8 +74,10 @@ def test_resume_after_sigkill_is_bit_for_bit(tmp_path):
     a, b = steps(full), steps(killed)
     assert sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in (4, 5, 6):
-        for key in ("loss", "reward", "grad_norm", "entropy", "completion_len"):
+        for key in ("reward", "completion_len"):
             assert a[step][key] == b[step][key], (step, key, a[step][key], b[step][key])
+        for key in ("loss", "grad_norm", "entropy"):
+            assert a[step][key] == pytest.approx(b[step][key], rel=1e-5, abs=1e-7), (step, key)
 
 
 def test_sigterm_finishes_the_step_checkpoints_and_exits_cleanly(tmp_path):
