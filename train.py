@@ -127,7 +127,7 @@ skip_zero_adv = True
 eval_interval = 10            # held-out eval every this many steps, at 0 and at the end (0: never)
 eval_samples = 4              # k of avg@k: samples per held-out problem, at the training T
 eval_problems = 100           # held-out problems used
-ckpt_interval = 0             # checkpoint every this many steps (0: only at the end)
+ckpt_interval = 0             # checkpoint every this many steps (0: only at the end, -1: never)
 # abort after this many steps in a row with a non-finite loss or grad norm
 max_bad_steps = 5
 # logging
@@ -162,6 +162,9 @@ if min(num_iterations, prompts_per_step, micro_batch_size, max_tokens_per_micro)
                  "must be >= 1")
 if max_iters < 0:
     config_error("max_iters must be >= 0")
+if ckpt_interval < -1:
+    config_error(f"ckpt_interval={ckpt_interval}: steps between checkpoints, 0 (at the end) or -1 "
+                 "(never)")
 if value_warmup_steps is not None and value_warmup_steps < 0:
     config_error(f"value_warmup_steps={value_warmup_steps!r} must be None or an int >= 0")
 if tis_mode != 'none' and rollout_engine != 'vllm':
@@ -677,7 +680,8 @@ def checkpoint_and_maybe_stop(steps_done):
     """Checkpoint when due (every ckpt_interval steps, at the end, on a stop request on any rank);
     rank 0 writes it, with every rank's RNG state. True means stop (all ranks decide together)."""
     stop = reduce_sum(int(stop_requested)) > 0
-    if (ckpt_interval and steps_done % ckpt_interval == 0) or steps_done == max_iters or stop:
+    due = (ckpt_interval > 0 and steps_done % ckpt_interval == 0) or steps_done == max_iters or stop
+    if due and ckpt_interval != -1:
         rngs = [None] * world_size
         if ddp:
             dist.all_gather_object(rngs, rng_state())
@@ -693,7 +697,8 @@ def checkpoint_and_maybe_stop(steps_done):
         if ddp:
             dist.barrier()
     if stop and master:
-        tqdm.write(f"stopped after step {steps_done}; continue with --init_from=resume")
+        tqdm.write(f"stopped after step {steps_done}" + ("; continue with --init_from=resume"
+                                                         if ckpt_interval != -1 else ""))
     return stop
 
 # the RNG states go back last, after everything that may draw from them while loading

@@ -137,7 +137,8 @@ def train(*args):
 def test_ppo_and_vapo_train_checkpoint_and_resume(tmp_path):
     """ppo with a KL reward and 2 iterations; vapo with 1 warm-up step (the policy waits), a
     checkpoint with the critic, and a resume that continues it."""
-    log = train(f"--out_dir={tmp_path / 'ppo'}", "--loss_type=ppo", "--max_iters=1", "--beta=0.05",
+    log = train(f"--out_dir={tmp_path / 'ppo'}", "--ckpt_interval=-1", "--loss_type=ppo",
+                "--max_iters=1", "--beta=0.05",
                 "--num_iterations=2", "--reward_wrong=-1.0")
     r = log[-1]
     # first pass: V = V_old, nothing clipped

@@ -65,7 +65,8 @@ def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp
     out_dir = str(tmp_path / "run")
     torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}",
              "--rollout_engine=hf", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
-             "--eval_interval=0", "--max_iters=2", "--dynamic_sampling=True", "--max_gen_batches=2",
+             "--eval_interval=0", "--ckpt_interval=-1", "--max_iters=2", "--dynamic_sampling=True",
+             "--max_gen_batches=2",
              timeout=600)
     steps = records(out_dir)
     assert [r["step"] for r in steps] == [1, 2]
@@ -82,7 +83,7 @@ def test_skip_zero_adv_when_one_rank_has_no_live_group(tmp_path):
     out_dir = str(tmp_path / "run")
     torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}",
              "--rollout_engine=hf", "--prompts_per_step=4", "--group_size=8", "--max_new_tokens=16",
-             "--eval_interval=0", "--max_iters=2", timeout=600)
+             "--eval_interval=0", "--ckpt_interval=-1", "--max_iters=2", timeout=600)
     steps = records(out_dir)
     assert [r["step"] for r in steps] == [1, 2]
     # rank 0 had a live group: a real gradient

@@ -11,7 +11,8 @@ import torch
 from conftest import ROOT
 
 TINY = ["config/cpu_demo.py", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
-        "--eval_interval=2", "--eval_problems=4", "--eval_samples=2", "--micro_batch_size=4"]
+        "--eval_interval=2", "--eval_problems=4", "--eval_samples=2", "--micro_batch_size=4",
+        "--ckpt_interval=-1"]  # no checkpoint (1.6 GB) unless a test asks for one
 STEP_KEYS = {"step", "reward", "accuracy", "completion_len", "truncated", "entropy",
              "loss/clip_frac", "grad_norm", "rollout_seconds", "train_seconds", "sync_seconds",
              "tokens_per_second"}
@@ -30,7 +31,8 @@ def records(out_dir):
 
 def test_train_logs_checkpoints_and_resumes(tmp_path):
     out_dir = str(tmp_path / "run")
-    result = train(f"--out_dir={out_dir}", "--max_iters=2", "--rollout_engine=vllm")
+    result = train(f"--out_dir={out_dir}", "--max_iters=2", "--rollout_engine=vllm",
+                   "--ckpt_interval=0")
     assert "step 1: reward" in result.stdout and "step 2: reward" in result.stdout
     log = records(out_dir)
     steps = [r for r in log if "reward" in r]
@@ -57,7 +59,7 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
 
     # resume (with the HF engine this time): continues at step 3, does not redo steps 1-2
     result = train(f"--out_dir={out_dir}", "--max_iters=3", "--init_from=resume",
-                   "--rollout_engine=hf")
+                   "--rollout_engine=hf", "--ckpt_interval=0")
     assert ("resumed from" in result.stdout and "step 3: reward" in result.stdout
             and "step 2: reward" not in result.stdout)
     steps = [r for r in records(out_dir) if "reward" in r]
@@ -142,6 +144,7 @@ def test_old_logp_from_the_sampler_skips_the_old_pass(tmp_path):
           "--learning_rate=0.0")  # both passes: the same weights
     step = [r for r in records(out_dir) if "reward" in r][-1]
     assert step["rollout_mismatch"] > 1e-3
+    assert not os.path.exists(os.path.join(out_dir, "ckpt"))  # ckpt_interval=-1: none written
     assert (abs(step["loss/log_ratio_abs_mean"] - step["rollout_mismatch"])
             < 1e-6 * step["rollout_mismatch"] + 1e-9)
 
