@@ -12,7 +12,11 @@ unknown key. Either way the new value must have the default's type (an int is fi
 expected); a key whose default is None takes its type from its annotation (`eps_high: float = None`)
 and may stay None. A missing file, an unknown key or a wrong type prints one line that names it and
 exits with code 2.
+
+--help (or -h), anywhere on the command line: after the other arguments are applied, print
+train.py's config section with each key's current value and its comment, then exit 0.
 """
+import ast
 import sys
 import types
 from ast import literal_eval
@@ -43,7 +47,10 @@ def _check_type(key, value, where):
 # Only train.py's config keys, not every global: imported tables such as REWARDS are not config.
 _defaults = {k: globals()[k] for k in config_keys}
 _annotations = globals().get('__annotations__', {})  # `eps_high: float = None` types a None default
+_help = any(_arg in ('-h', '--help') for _arg in sys.argv[1:])
 for _arg in sys.argv[1:]:
+    if _arg in ('-h', '--help'):
+        continue
     if not _arg.startswith('--'):  # a config file
         try:
             _src = open(_arg).read()
@@ -73,3 +80,26 @@ for _arg in sys.argv[1:]:
             pass  # a bare word such as --loss_type=dapo stays a string
         globals()[_key] = _check_type(_key, _val, _arg)
         print(f"Overriding: {_key} = {globals()[_key]!r}")
+
+if _help:
+    # train.py's config section (from its '# config:' line to config_keys) is the documentation:
+    # print it as it is, each key's default replaced by its current value, its comment kept
+    _lines = open(__file__).read().splitlines()
+    _start = next(i for i, line in enumerate(_lines) if line.startswith('# config:'))
+    _end = next(i for i, line in enumerate(_lines) if line.startswith('config_keys'))
+    _block = _lines[_start:_end]
+    _keys, _inside = {}, set()  # first line of each key's assignment -> key; its other lines
+    for _node in ast.parse('\n'.join(_block)).body:
+        _target = _node.targets[0] if isinstance(_node, ast.Assign) else getattr(_node, 'target', 0)
+        if getattr(_target, 'id', None) in _defaults:
+            _keys[_node.lineno] = (_target.id, _block[_node.end_lineno - 1][_node.end_col_offset:])
+            _inside.update(range(_node.lineno + 1, _node.end_lineno + 1))
+    for _i, _line in enumerate(_block, 1):
+        if _i in _keys:
+            _key, _rest = _keys[_i]  # _rest: the spaces and the comment after the default
+            _text = f"{_line.partition('=')[0]}= {globals()[_key]!r}"
+            _col = len(_line) - len(_rest.lstrip())  # where the comment started: keep it there
+            print(f"{_text.ljust(_col - 2)}  {_rest.strip()}" if _rest.strip() else _text)
+        elif _i not in _inside:
+            print(_line)
+    sys.exit(0)

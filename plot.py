@@ -35,17 +35,23 @@ FIGURES = {
     'value_loss': ['value/loss'], 'value_explained_var': ['value/explained_var'],
     'token_weight_short_long': ['token_weight_short_long'],
 }
-STYLES = ['-', '--', ':']
+STYLES = ['-', '--', ':', '-.']  # one per key of a figure (used again past the fourth)
 # the summary's columns; step_seconds = rollout + train + sync seconds of a step (added by read_log)
 SUMMARY = ['reward', 'eval/accuracy', 'entropy', 'completion_len', 'loss/clip_frac',
            'degenerate_frac', 'rollout_mismatch', 'step_seconds']
+# keys whose name holds k (eval_samples, which varies by run), found by prefix in the records and
+# drawn and summarized right after the key they belong with: eval/pass@1, eval/pass@4, eval/maj@4
+BY_PREFIX = {'eval/accuracy': ['eval/pass@', 'eval/maj@']}
 LAST_N = 3  # a run's final value of a training metric: the mean of its last 3 records that have it
 
 
 def read_log(run_dir):
     """The records of run_dir/log.jsonl sorted by step; a step logged twice (a resumed run appends)
-    keeps its last record (train and eval records of one step are kept apart). A half-written last
-    line is ignored."""
+    keeps its last record (train and eval records of one step are kept apart). So a step is drawn
+    once: the train records (and evals) a killed run logs past its checkpoint are replaced when it
+    resumes. train.py evaluates a step before its checkpoint, so a resumed run does not repeat an
+    eval; logs of older versions, which evaluated the resume step again, keep its last eval. A
+    half-written last line is ignored."""
     records = {}
     try:
         lines = open(os.path.join(run_dir, 'log.jsonl')).readlines()
@@ -91,6 +97,21 @@ def load_runs(run_dirs):
     return runs
 
 
+def with_prefixed(keys, runs):
+    """keys, each followed by the keys of the runs' records that are one of its BY_PREFIX prefixes
+    and a number, by prefix and then by number: eval/accuracy -> eval/accuracy, eval/pass@1,
+    eval/pass@4, eval/maj@4."""
+    present = {k for by_run in runs.values() for records in by_run.values()
+               for r in records for k in r}
+    out = []
+    for key in keys:
+        out.append(key)
+        for prefix in BY_PREFIX.get(key, []):
+            found = [k for k in present if k.startswith(prefix) and k[len(prefix):].isdigit()]
+            out += sorted(found, key=lambda k: int(k[len(prefix):]))
+    return out
+
+
 def series(records, key):
     """(step, value) of the records where key holds a number (absent keys and None are skipped)."""
     return [(r['step'], r[key]) for r in records if is_number(r.get(key))]
@@ -120,12 +141,12 @@ def final_metrics(runs, keys=SUMMARY):
     return out
 
 
-def differences(stats):
+def differences(stats, keys=SUMMARY):
     """The honesty rule: lines naming each (metric, pair of variants) whose means differ by more
     than the sum of their stds, both with >= 2 seeds; says so when nothing does, and which variants
     cannot be judged."""
     found, compared, variants = [], 0, list(stats)
-    for key, (a, b) in itertools.product(SUMMARY, itertools.combinations(variants, 2)):
+    for key, (a, b) in itertools.product(keys, itertools.combinations(variants, 2)):
         if (key not in stats[a] or key not in stats[b]
                 or min(stats[a][key][2], stats[b][key][2]) < 2):
             continue
@@ -150,8 +171,9 @@ def differences(stats):
 def summary_table(runs):
     """Markdown: one row per variant, final metrics as mean ± std over seeds, then the honesty
     rule."""
-    stats = final_metrics(runs)
-    keys = [k for k in SUMMARY if any(k in s for s in stats.values())]
+    columns = with_prefixed(SUMMARY, runs)
+    stats = final_metrics(runs, columns)
+    keys = [k for k in columns if any(k in s for s in stats.values())]
     lines = ['| variant | seeds | ' + ' | '.join(keys) + ' |', '|---' * (len(keys) + 2) + '|']
     for variant, s in stats.items():
         cells = []
@@ -162,11 +184,11 @@ def summary_table(runs):
         lines.append(f'| {variant} | {len(runs[variant])} | ' + ' | '.join(cells) + ' |')
     return '\n'.join([
         "Final values: mean ± sample std over seeds; a run's final value is the mean of its last "
-        f"{LAST_N} training records (the last eval for eval/accuracy); "
+        f"{LAST_N} training records (the last eval for eval/ metrics); "
         "step_seconds = rollout + train + sync.", '',
         *lines, '', '## Differences beyond seed spread', '',
         'Reported when |mean_a - mean_b| > std_a + std_b and both variants have >= 2 seeds.', '',
-        *differences(stats)]) + '\n'
+        *differences(stats, columns)]) + '\n'
 
 
 def plot_figure(runs, name, keys, path):
@@ -176,7 +198,7 @@ def plot_figure(runs, name, keys, path):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = False
     for color, (variant, by_run) in zip(plt.cm.tab10.colors * 10, runs.items()):
-        for style, key in zip(STYLES, keys):
+        for style, key in zip(itertools.cycle(STYLES), keys):
             at_step = {}
             for records in by_run.values():
                 for step, v in series(records, key):
@@ -216,8 +238,8 @@ def plot_runs(run_dirs, out_dir=None):
         print("no run has log records: nothing to plot")
         return [], ''
     os.makedirs(out_dir, exist_ok=True)
-    paths = [p for name, keys in FIGURES.items()
-             if plot_figure(runs, name, keys, p := os.path.join(out_dir, f'{name}.png'))]
+    paths = [p for name, keys in FIGURES.items() if plot_figure(
+        runs, name, with_prefixed(keys, runs), p := os.path.join(out_dir, f'{name}.png'))]
     text = summary_table(runs)
     with open(os.path.join(out_dir, 'summary.md'), 'w') as f:
         f.write(text)

@@ -3,6 +3,8 @@ Rewards: verifiers that score a completion against a row's `answer`, format chec
 
     REWARDS[name](completion: str, answer) -> float          correctness: 1.0 right, 0.0 wrong
     FORMATS[name](completion: str) -> float                  1.0 if the answer is where the prompt asked
+    ANSWERS[name](completion: str) -> hashable or None       the parsed answer the verifier compares
+    pass_at_k(n, c, k), majority_correct(answers, correct)   held-out pass@k and maj@k
     overlong_penalty(length, max_len, cache_len) -> float    DAPO's soft overlong punishment
     kimi_length_reward(lengths, correct, group_size) -> list[float]    Kimi k1.5's length reward
 
@@ -15,8 +17,10 @@ so no catastrophic backtracking), int(), Fraction() and ast.parse(); nothing the
 verifier reads the last 300: the final answer is at the end, and a megabyte of output costs nothing more.
 """
 import ast
+import math
 import re
 import signal
+from collections import Counter
 from contextlib import contextmanager
 from fractions import Fraction
 from itertools import accumulate
@@ -147,6 +151,13 @@ def countdown_reward(completion, answer):
     return float(value == answer["target"])
 
 
+def read_countdown_answer(completion):
+    """The last answer block's expression with all whitespace removed ('(1 + 2) / 3' -> '(1+2)/3'),
+    or None: the answer majority voting counts. Votes are expressions, not values: '3*8' and '8*3'
+    are two different answers, as two different solutions."""
+    return "".join((last_answer_block(completion) or "").split()) or None
+
+
 def countdown_format(completion):
     """Exactly one <answer> and one </answer>, in that order (the whole completion is counted)."""
     opens, closes = completion.count(ANSWER_OPEN), completion.count(ANSWER_CLOSE)
@@ -214,6 +225,38 @@ REWARDS = {"arithmetic": arithmetic_reward, "countdown": countdown_reward, "gsm8
            "dapo_math": dapo_math_reward, "aime24": dapo_math_reward}
 FORMATS = {"arithmetic": arithmetic_format, "countdown": countdown_format, "gsm8k": gsm8k_format,
            "dapo_math": dapo_math_format, "aime24": dapo_math_format}
+# the parsed answer each verifier compares (None: no answer), for majority voting
+ANSWERS = {"arithmetic": read_integer_answer, "countdown": read_countdown_answer,
+           "gsm8k": read_gsm8k_answer, "dapo_math": read_dapo_answer, "aime24": read_dapo_answer}
+
+
+# ----------------------------------------------------------------------------
+# held-out metrics: pass@k and maj@k, from k samples of each test problem
+
+def pass_at_k(n, c, k):
+    """The unbiased pass@k estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained
+    on Code", eq. 1): the chance that k of the n samples, drawn without replacement, hold at least
+    one of the c correct ones, 1 - C(n-c, k) / C(n, k). math.comb counts exactly (Python integers):
+    nothing overflows, and only the last division and subtraction round. k = 1 gives c / n."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got {n=}, {c=}, {k=}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def majority_correct(answers, correct):
+    """maj@k of one problem (majority voting, "self-consistency": Wang et al. 2022; maj@k as in
+    Minerva, Lewkowycz et al. 2022): the vote is the most common non-None parsed answer among its k
+    samples; 1.0 if a sample with that answer was judged correct (correct[i] > 0), else 0.0. No
+    parsed answer at all: 0.0. A tie goes to the answer that appears first (Counter.most_common
+    keeps first-seen order among equal counts)."""
+    if len(answers) != len(correct):
+        raise ValueError(f"majority_correct needs one verdict per answer, got {len(answers)} "
+                         f"answers and {len(correct)} verdicts")
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return 0.0
+    vote = votes.most_common(1)[0][0]
+    return float(any(ok > 0 for a, ok in zip(answers, correct) if a == vote))
 
 
 # ----------------------------------------------------------------------------

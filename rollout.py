@@ -16,6 +16,7 @@ vLLM runs in the training process (colocated, in-process engine core). After eve
 sync_weights() pushes the trainer's weights into it; without that, the next rollout samples from a stale
 policy while the trainer believes it is on-policy (the bug of TRL issue #5312).
 """
+import logging
 import math
 import os
 
@@ -34,8 +35,29 @@ def encode_prompts(tokenizer, prompts):
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
+def quiet_vllm():
+    """vLLM's INFO lines (~150 at engine start, 3 at every sync) off unless the user sets
+    VLLM_LOGGING_LEVEL; and two WARNINGs that are expected here, dropped:
+    - "Attempted to load weight ... with dtype torch.float32 into parameter with dtype
+      torch.bfloat16", once per weight at start: the checkpoint is fp32 and the engine serves bf16
+      on purpose (the trainer keeps fp32 master weights);
+    - "RotaryEmbedding: Failed to load weights", at every sync: the rotary layer's only tensor is
+      its cos/sin cache, computed from the config and never in a checkpoint, so a reload finds
+      nothing to load for it and vLLM puts the cache back as it was. Nothing that training changes is
+      lost (test_engine's sync test checks that the engine follows the trainer);
+    - "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding", a few times
+      at start: vLLM-CPU pins its own threads and ignores later requests."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    expected = ["with dtype torch.float32 into parameter with dtype torch.bfloat16",
+                "RotaryEmbedding: Failed to load weights", "`torch.set_num_threads` after the thread"]
+    for name in ["vllm.model_executor.models.utils", "vllm.v1.worker.cpu_worker",
+                 "vllm.model_executor.model_loader.reload.layerwise"]:
+        logging.getLogger(name).addFilter(
+            lambda record: not any(e in record.getMessage() for e in expected))
+
+
 def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True, distributed=False,
-                sleep_mode=False):
+                sleep_mode=False, verbose=False):
     """'vllm': a colocated vLLM engine on the weights in model_path; under torchrun every rank
     starts its own (external_launcher: vLLM joins the trainer's processes instead of spawning
     workers). 'hf': generation reuses the trainer's own model (passed later to generate): nothing to
@@ -44,6 +66,8 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
         return {"kind": "hf"}
     if kind != "vllm":
         raise ValueError(f"rollout_engine must be 'vllm' or 'hf', got {kind!r}")
+    if not verbose:
+        quiet_vllm()  # before vLLM's first import: it reads its logging level then
     from vllm import LLM
     llm = LLM(model=model_path, dtype="bfloat16", enforce_eager=True, seed=seed,
               gpu_memory_utilization=gpu_memory_utilization,
@@ -56,7 +80,7 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
               # ... and on CPU the default block is 128 tokens
               block_size=None if torch.cuda.is_available() else 32,
               distributed_executor_backend="external_launcher" if distributed else None,
-              enable_sleep_mode=sleep_mode)
+              enable_sleep_mode=sleep_mode, use_tqdm_on_load=verbose)
     return {"kind": "vllm", "llm": llm, "sleep_mode": sleep_mode}
 
 

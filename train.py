@@ -1,12 +1,12 @@
 """
 The RL loop, top to bottom. One step is this pipeline; the loop at the bottom reads in its order:
 
-    eval    held-out accuracy (step 0, every eval_interval steps, the end)
     sample  prompts -> rollout (G samples each) -> rewards -> group advantages -> masking
     score   no-grad passes for what the loss needs: pi_old, pi_ref, the critic's V_old (ppo / vapo)
     update  num_iterations passes of micro-batched loss / backward -> grad clip -> AdamW
     sync    the new weights into the sampler
-    log     one record per step (log.jsonl, the console line)
+    log     one record per step (log.jsonl, the console line), and the guards' warnings
+    eval    held-out avg@k, pass@k, maj@k (before step 1, every eval_interval steps, the end)
     save    a checkpoint when due
 
     python train.py                                   # the offline CPU demo's defaults
@@ -29,6 +29,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
@@ -38,7 +39,8 @@ from losses import (KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, VARIANTS, group_advant
 from model import (Scorer, completion_logprobs, completion_values, load_critic, load_model,
                    load_trainer_state, native_bf16, read_checkpoint_meta, round_ties,
                    save_checkpoint)
-from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty, safe_score
+from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,
+                     overlong_penalty, pass_at_k, safe_score)
 from rollout import dynamic_sample, encode_prompts, generate, init_engine, sleep, sync_weights, wake
 
 # -----------------------------------------------------------------------------
@@ -125,12 +127,21 @@ old_logp_source = 'policy'
 skip_zero_adv = True
 # eval and checkpoints
 eval_interval = 10            # held-out eval every this many steps, at 0 and at the end (0: never)
-eval_samples = 4              # k of avg@k: samples per held-out problem, at the training T
+eval_samples = 4              # k: samples per held-out problem at the training T (avg@k, pass@k...)
 eval_problems = 100           # held-out problems used
 ckpt_interval = 0             # checkpoint every this many steps (0: only at the end, -1: never)
 # abort after this many steps in a row with a non-finite loss or grad norm
 max_bad_steps = 5
+# guards: a run going wrong in a way the log shows is said in words, once, naming the knob (and
+# logged as guard/<name> = 1 at every step it holds)
+warn_truncated = 0.5          # more than this fraction of a step's answers cut at max_new_tokens
+warn_degenerate_steps = 5     # every group's answers agreed (no gradient) this many steps in a row
+warn_mismatch = 3.0           # rollout_mismatch above this x the run's first step's (0: off)
+# stop (with a checkpoint) when rollout_mismatch is above this x the first step's: the sampler no
+# longer follows the trainer, as when the weight sync stopped working (0: never)
+stop_mismatch = 10.0
 # logging
+verbose = False               # vLLM's INFO logging, transformers' progress bars (rollout.quiet_vllm)
 wandb_log = False
 wandb_project = 'nanogrpo'
 wandb_run_name = 'run'
@@ -152,21 +163,89 @@ for key, valid in [('loss_type', LOSS_TYPES), ('reward_fn', tuple(REWARDS)),
                    ('kl_estimator', KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout'))]:
     if globals()[key] not in valid:
         config_error(f"{key}={globals()[key]!r}; valid: {', '.join(valid)}")
-if not 0 <= overlong_buffer <= max_new_tokens:
-    config_error(f"overlong_buffer={overlong_buffer} must lie in "
-                 f"0..max_new_tokens={max_new_tokens}")
-if group_size < 2:
-    config_error(f"group_size={group_size}: a group advantage needs at least 2 samples per prompt")
-if min(num_iterations, prompts_per_step, micro_batch_size, max_tokens_per_micro) < 1:
-    config_error("num_iterations, prompts_per_step, micro_batch_size and max_tokens_per_micro "
-                 "must be >= 1")
-if max_iters < 0:
-    config_error("max_iters must be >= 0")
-if ckpt_interval < -1:
-    config_error(f"ckpt_interval={ckpt_interval}: steps between checkpoints, 0 (at the end) or -1 "
-                 "(never)")
-if value_warmup_steps is not None and value_warmup_steps < 0:
-    config_error(f"value_warmup_steps={value_warmup_steps!r} must be None or an int >= 0")
+# every number's valid range: (key, in range, the range in words). The comparisons are written so
+# that a NaN (a config file's float('nan')) fails them too.
+for key, ok, valid in [
+        # data and reward
+        ('reward_wrong', reward_wrong <= 1, '<= 1 (a right answer scores 1.0)'),
+        ('format_coef', format_coef >= 0, '>= 0'),
+        ('length_reward_coef', length_reward_coef >= 0, '>= 0'),
+        ('length_reward_warmup', length_reward_warmup >= 0, '>= 0'),
+        ('max_bad_rows', max_bad_rows >= 0, '>= 0'),
+        ('max_prompt_len', max_prompt_len >= 1, '>= 1'),
+        ('reward_timeout', reward_timeout > 0, '> 0 (seconds)'),
+        # rollout
+        ('prompts_per_step', prompts_per_step >= 1, '>= 1'),
+        ('group_size', group_size >= 2, '>= 2 (a group advantage needs 2 samples per prompt)'),
+        ('max_new_tokens', max_new_tokens >= 1, '>= 1'),
+        ('overlong_buffer', 0 <= overlong_buffer <= max_new_tokens,
+         f'in [0, max_new_tokens={max_new_tokens}]'),
+        ('temperature', temperature > 0, '> 0'),
+        ('top_p', 0 < top_p <= 1, 'in (0, 1]'),
+        ('top_k', top_k >= 0, '>= 0 (0: off)'),
+        # fewer than the missing groups per round could never fill a step in one round
+        ('oversample', oversample >= 1, '>= 1'),
+        ('max_gen_batches', max_gen_batches >= 0, '>= 0 (0: unlimited)'),
+        ('vllm_gpu_memory_utilization', 0 < vllm_gpu_memory_utilization <= 1, 'in (0, 1]'),
+        # loss
+        ('num_iterations', num_iterations >= 1, '>= 1'),
+        ('eps_low', eps_low is None or 0 <= eps_low < 1, 'None or in [0, 1)'),
+        ('eps_high', eps_high is None or eps_high >= 0, 'None or >= 0'),
+        ('tau_pos', tau_pos > 0, '> 0'),
+        ('tau_neg', tau_neg > 0, '> 0'),
+        ('cispo_eps_high', cispo_eps_high >= 0, '>= 0'),
+        ('clip_cov_ratio', 0 <= clip_cov_ratio <= 1, 'in [0, 1]'),
+        ('clip_cov_lb', clip_cov_lb <= clip_cov_ub, f'<= clip_cov_ub={clip_cov_ub}'),
+        ('kl_cov_ratio', 0 <= kl_cov_ratio <= 1, 'in [0, 1]'),
+        ('kl_cov_coef', kl_cov_coef >= 0, '>= 0'),
+        ('beta', beta >= 0, '>= 0'),
+        # either sign: < 0 minimises the entropy, which is a method of its own
+        ('entropy_coef', math.isfinite(entropy_coef), 'finite'),
+        ('tis_cap', tis_cap > 0, '> 0'),
+        # critic
+        ('critic_lr', critic_lr >= 0, '>= 0'),
+        ('vf_clip', vf_clip > 0, '> 0'),
+        ('gae_lambda', 0 <= gae_lambda <= 1, 'in [0, 1]'),
+        ('value_warmup_steps', value_warmup_steps is None or value_warmup_steps >= 0,
+         'None or >= 0'),
+        ('lam_alpha', lam_alpha > 0, '> 0'),
+        ('lm_coef', lm_coef >= 0, '>= 0'),
+        # optimization
+        ('learning_rate', learning_rate >= 0, '>= 0'),
+        ('weight_decay', weight_decay >= 0, '>= 0'),
+        ('beta1', 0 <= beta1 < 1, 'in [0, 1)'),
+        ('beta2', 0 <= beta2 < 1, 'in [0, 1)'),
+        ('grad_clip', grad_clip >= 0, '>= 0 (0: off)'),
+        ('warmup_iters', warmup_iters >= 0, '>= 0'),
+        ('max_iters', max_iters >= 0, '>= 0'),
+        ('micro_batch_size', micro_batch_size >= 1, '>= 1'),
+        ('max_tokens_per_micro', max_tokens_per_micro >= 1, '>= 1'),
+        # eval and checkpoints
+        ('eval_interval', eval_interval >= 0, '>= 0 (0: never)'),
+        ('eval_samples', eval_interval == 0 or eval_samples >= 1, '>= 1 (or eval_interval=0)'),
+        ('eval_problems', eval_interval == 0 or eval_problems >= 1, '>= 1 (or eval_interval=0)'),
+        ('ckpt_interval', ckpt_interval >= -1, '>= -1 (0: only at the end, -1: never)'),
+        ('max_bad_steps', max_bad_steps >= 1, '>= 1'),
+        # guards
+        ('warn_truncated', 0 <= warn_truncated <= 1, 'in [0, 1]'),
+        ('warn_degenerate_steps', warn_degenerate_steps >= 0, '>= 0 (0: off)'),
+        ('warn_mismatch', warn_mismatch >= 0, '>= 0 (0: off)'),
+        ('stop_mismatch', stop_mismatch >= 0, '>= 0 (0: never)')]:
+    if not ok:
+        config_error(f"{key}={globals()[key]!r} must be {valid}")
+# init_from: 'resume', a folder or a hub id. A mistyped folder would otherwise end, after the long
+# imports, in the hub's OSError about a repo id.
+if init_from != 'resume' and not os.path.isdir(init_from):
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try:
+        validate_repo_id(init_from)  # 'name' or 'owner/name', in the hub's characters
+        cached = isinstance(try_to_load_from_cache(init_from, 'config.json'), str)
+    except HFValidationError:
+        config_error(f"init_from={init_from!r} is not a folder (and not a hub id 'owner/name')")
+    if constants.HF_HUB_OFFLINE and not cached:  # offline, a hub id loads from the cache only
+        config_error(f"init_from={init_from!r} is not a folder, and the hub is offline "
+                     f"(HF_HUB_OFFLINE=1) with no cached copy of it")
 if tis_mode != 'none' and rollout_engine != 'vllm':
     config_error(f"tis_mode={tis_mode!r} corrects for the sampler's log-probs: it needs "
                  f"rollout_engine='vllm' (the 'hf' engine samples with the trainer's own model)")
@@ -240,6 +319,8 @@ if dtype == 'auto':  # bf16 without bf16 instructions is emulated: far slower th
     if master:
         print(f"dtype='auto': the body runs in {dtype} (bf16 matmuls in hardware: {dtype == 'bfloat16'})")
 autocast_dtype = {'float32': None, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
+if not verbose:  # the console: the trainer's lines and its own progress bar
+    transformers.logging.disable_progress_bar()
 random.seed(seed + rank)  # every rank samples its own completions
 torch.manual_seed(seed + rank)
 os.makedirs(out_dir, exist_ok=True)
@@ -301,7 +382,7 @@ if value_warmup_steps is None:
     value_warmup_steps = variant['value_warmup']
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vllm_fp32_head,
                      distributed=ddp, gpu_memory_utilization=vllm_gpu_memory_utilization,
-                     sleep_mode=vllm_sleep and device.startswith('cuda'))
+                     sleep_mode=vllm_sleep and device.startswith('cuda'), verbose=verbose)
 
 def reduce_sum(x):
     """x summed over ranks (a number or a dict of numbers with the same keys on every rank)."""
@@ -381,7 +462,8 @@ def sample(step):
                   'groups_degenerate': (correct == correct[:, :1]).all(1).sum().item()}
     counts = reduce_sum(counts)
     # over every sample
-    record = {'accuracy': counts['samples_correct'] / max(counts['samples'], 1),
+    record = {'samples': counts['samples'],
+              'accuracy': counts['samples_correct'] / max(counts['samples'], 1),
               'degenerate_frac': counts['groups_degenerate'] / max(counts['groups_sampled'], 1)}
     if dynamic_sampling:
         record.update(gen_rounds=counts['gen_rounds'] / world_size,
@@ -422,14 +504,34 @@ def trained_rows(batch):
         trained[:group_size] |= not trained.any()
     return trained
 
+def parsed_answer(completion):
+    """The verifier's reading of the answer (for maj@k), None when it has none or fails on it."""
+    try:
+        return ANSWERS[reward_fn](completion)
+    except Exception:  # noqa: BLE001 -- as in verify: one bad completion costs one vote
+        return None
+
 def evaluate():
-    """Held-out avg@k: k samples per test problem at the training temperature, mean accuracy. Each
-    rank takes every world_size-th problem; the sums are reduced over ranks."""
-    batch = rollout(test_rows[rank::world_size], eval_samples)
-    sums = reduce_sum({'n': len(batch['completions']), 'accuracy': batch['correct'].sum().item(),
-                       'completion_len': batch['completion_mask'].sum().item(),
-                       'truncated': batch['truncated'].float().sum().item()})
-    return {f'eval/{k}': v / sums['n'] for k, v in sums.items() if k != 'n'}
+    """Held-out metrics from k = eval_samples samples per test problem at the training temperature:
+    avg@k (eval/accuracy, the mean correctness), pass@1, pass@k (the unbiased estimator) and maj@k
+    (the majority answer). Each rank takes every world_size-th problem; the sums are reduced."""
+    k = eval_samples
+    batch = rollout(test_rows[rank::world_size], k)
+    correct = batch['correct'].view(-1, k)  # (problems, k)
+    answers = [parsed_answer(c) for c in batch['completions']]
+    n_correct = correct.sum(1).long().tolist()
+    sums = reduce_sum({
+        'n': len(batch['completions']), 'problems': len(correct),
+        'accuracy': batch['correct'].sum().item(),
+        'completion_len': batch['completion_mask'].sum().item(),
+        'truncated': batch['truncated'].float().sum().item(),
+        'pass@1': sum(pass_at_k(k, c, 1) for c in n_correct),
+        f'pass@{k}': sum(pass_at_k(k, c, k) for c in n_correct),
+        f'maj@{k}': sum(majority_correct(answers[i * k:(i + 1) * k], correct[i].tolist())
+                        for i in range(len(correct)))})
+    n, problems = sums.pop('n'), sums.pop('problems')
+    # per sample: accuracy, length, truncation; per problem: pass@ and maj@
+    return {f'eval/{key}': v / (problems if '@' in key else n) for key, v in sums.items()}
 
 # -----------------------------------------------------------------------------
 # score and update: micro-batches, the no-grad passes, the policy's optimizer passes
@@ -644,25 +746,98 @@ def log(record):  # records hold numbers already reduced over ranks: rank 0 writ
             wandb.log(record, step=record['step'])
 
 def log_eval(step):
+    """Held-out eval at step 0, every eval_interval steps and at the end (before that step's
+    checkpoint, so that a resumed run never evaluates the same step twice)."""
+    if not eval_interval or (step % eval_interval and step != max_iters):
+        return
     t0 = time.time()
     record = {'step': step, **evaluate(), 'eval/seconds': time.time() - t0}
     log(record)
+    k = eval_samples
     if master:
-        tqdm.write(f"step {step}: eval accuracy {record['eval/accuracy']:.3f} (avg@{eval_samples}, "
-                   f"{len(test_rows)} problems, {record['eval/seconds']:.0f}s)")
+        tqdm.write(f"step {step}: eval accuracy {record['eval/accuracy']:.3f} (avg@{k}) "
+                   f"pass@{k} {record[f'eval/pass@{k}']:.3f} maj@{k} {record[f'eval/maj@{k}']:.3f} "
+                   f"({len(test_rows)} problems, {record['eval/seconds']:.0f}s)")
 
-def print_step(record):
-    if master:
+# guards: what the log shows going wrong, said once in words with the knob that changes it
+guards_said, degenerate_steps, first_mismatch = set(), 0, None
+samples_scored = 0  # this process's, for the share of reward errors
+
+def guard_warnings(record):
+    """The names and messages of the guards that this step's record trips (every number in it is
+    already reduced over ranks, so every rank comes to the same verdict)."""
+    global degenerate_steps, first_mismatch, samples_scored
+    degenerate_steps = degenerate_steps + 1 if record.get('degenerate_frac', 0) == 1 else 0
+    samples_scored += record.get('samples', 0)
+    mismatch = record.get('rollout_mismatch', 0.0)  # (vLLM only)
+    if 'rollout_mismatch' in record and first_mismatch is None:
+        first_mismatch = max(mismatch, 0.01)  # the engine was loaded with these weights: in sync
+    ratio = mismatch / first_mismatch if first_mismatch else 0.0
+    return [
+        ('truncated', record.get('truncated', 0) > warn_truncated,
+         f"{record.get('truncated', 0):.0%} of the answers were cut at "
+         f"max_new_tokens={max_new_tokens}: raise it (or mask_truncated=True)"),
+        ('degenerate', degenerate_steps >= warn_degenerate_steps > 0,
+         f"every group's answers agreed for {degenerate_steps} steps: no gradient; the task is "
+         f"too easy or too hard for the model (or try dynamic_sampling=True)"),
+        ('reward_errors', record.get('reward_errors', 0) > max(3, 0.01 * samples_scored),
+         f"{record.get('reward_errors', 0):.0f} completions' verifier raised or timed out (each "
+         f"scored 0): check reward_fn={reward_fn!r} and reward_timeout={reward_timeout}"),
+        ('mismatch', ratio > warn_mismatch > 0,
+         f"rollout_mismatch {mismatch:.3f} is {ratio:.1f}x the first step's: the sampler drifts "
+         f"from the trainer (tis_mode='token_truncate' corrects for it)"),
+        ('sync', ratio > stop_mismatch > 0,
+         f"rollout_mismatch {mismatch:.3f} is {ratio:.1f}x the first step's (stop_mismatch="
+         f"{stop_mismatch}): the sampler no longer follows the trainer; is the weight sync "
+         f"(rollout.sync_weights) working?"),
+    ]
+
+def log_step(record):
+    """Log the step's record with its guards, print its line and each guard's message the first
+    time it trips; a tripped sync guard requests a stop (checkpoint, then exit with the
+    message)."""
+    global stop_requested, abort_message
+    for name, tripped, message in guard_warnings(record):
+        if not tripped:
+            continue
+        record[f'guard/{name}'] = 1
+        if name == 'sync':
+            stop_requested, abort_message = True, f"stopping: {message}"
+        elif name not in guards_said and master:
+            tqdm.write(f"warning, step {record['step']}: {message}")
+        guards_said.add(name)
+    log(record)
+    if master and 'skipped' in record:
+        tqdm.write(f"step {record['step']}: no live group, update skipped")
+    elif master:
         tqdm.write(f"step {record['step']}: reward {record['reward']:.3f} "
                    f"len {record['completion_len']:.1f} entropy {record['entropy']:.3f} "
                    f"clip {record.get('loss/clip_frac', 0):.4f} gnorm {record['grad_norm']:.3f} "
                    f"| rollout {record['rollout_seconds']:.1f}s train {record['train_seconds']:.1f}s "
                    f"sync {record['sync_seconds']:.2f}s")
 
+def summary():
+    """What a user wants at the end: held-out numbers at the first and last eval of the run (from
+    the log, so a resumed run counts from its start), where the checkpoint is, what comes next."""
+    evals = [r for r in map(json.loads, open(os.path.join(out_dir, 'log.jsonl')))
+             if 'eval/accuracy' in r]
+    k = eval_samples
+    for key in ['eval/accuracy', f'eval/pass@{k}', f'eval/maj@{k}'] if evals else []:
+        print(f"{key}: {evals[0].get(key, float('nan')):.3f} at step {evals[0]['step']} -> "
+              f"{evals[-1].get(key, float('nan')):.3f} at step {evals[-1]['step']}")
+    args = [a for a in sys.argv[1:] if not a.startswith(('--init_from=', '--max_iters='))]
+    launcher = f"torchrun --nproc_per_node={world_size}" if ddp else "python"
+    saved_step = (read_checkpoint_meta(ckpt_dir) or {}).get('step')
+    if saved_step is not None:  # a stopped run continues to max_iters, a finished one beyond it
+        more = max_iters if saved_step < max_iters else 2 * max_iters
+        print(f"checkpoint (step {saved_step}): {ckpt_dir}\ncontinue: {launcher} train.py "
+              f"{' '.join(args)} --init_from=resume --max_iters={more}")
+    print(f"plot: python plot.py {out_dir}")
+
 # -----------------------------------------------------------------------------
 # save: checkpoints, and SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, save,
 # exit
-stop_requested = False
+stop_requested, abort_message = False, None
 
 def request_stop(signum, frame):
     global stop_requested
@@ -714,20 +889,17 @@ if resume:
 
 # -----------------------------------------------------------------------------
 # the loop
-steps = range(start_step, max_iters + 1)
-for step in tqdm(steps, initial=start_step, total=max_iters + 1, desc='steps', disable=not master):
-    # --- eval: held-out avg@k at step 0, every eval_interval steps and at the end
-    if eval_interval and (step % eval_interval == 0 or step == max_iters):
-        log_eval(step)
-    if step == max_iters:
-        break
-
+if start_step == 0:
+    log_eval(0)  # the held-out numbers before any update
+for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_iters, desc='steps',
+                 disable=not master):
     # --- sample: each rank samples its own share of the step's prompts, G completions each
     t0 = time.time()
     batch, sample_record = sample(step)
     rollout_time = time.time() - t0
     if batch is None:  # some rank has no live group (dynamic sampling): every rank skips the update
-        log({'step': step + 1, **sample_record, 'rollout_seconds': rollout_time, 'skipped': 1})
+        log_step({'step': step + 1, **sample_record, 'rollout_seconds': rollout_time, 'skipped': 1})
+        log_eval(step + 1)
         if checkpoint_and_maybe_stop(step + 1):
             break
         continue
@@ -791,16 +963,23 @@ for step in tqdm(steps, initial=start_step, total=max_iters + 1, desc='steps', d
              'score_seconds': score_time, 'train_seconds': train_time, 'sync_seconds': sync_time}
     record = step_record(step, batch, reward_parts, lengths, trained, sums, update, mbs,
                          body_tokens, pad_frac, times)
-    log(record)
-    print_step(record)
+    log_step(record)
     if bad_steps >= max_bad_steps:
         raise SystemExit(f"aborting: {bad_steps} steps in a row with a non-finite loss or grad "
                          f"norm (max_bad_steps={max_bad_steps}); the last checkpoint holds the last "
                          f"good weights")
 
+    # --- eval: held-out avg@k, pass@k, maj@k every eval_interval steps and at the end
+    log_eval(step + 1)
+
     # --- save (step + 1 optimizer steps are done; the data position and RNGs resume from here)
     if checkpoint_and_maybe_stop(step + 1):
         break
+
+if abort_message:
+    raise SystemExit(abort_message)
+if master:
+    summary()
 
 if ddp and rollout_engine != 'vllm':  # a vLLM engine tears the process groups down itself, at exit
     dist.destroy_process_group()

@@ -11,9 +11,9 @@ import pytest
 from conftest import ROOT
 
 
-def run_train(*args):
+def run_train(*args, env=None):
     return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -25,11 +25,9 @@ def run_train(*args):
     (["--max_iters"], "expected --key=value"),
     (["--loss_type=ppo2"], "loss_type='ppo2'; valid: grpo"),
     (["--adv_scale=std"], "adv_scale='std'; valid: group, batch, none"),
-    (["--overlong_buffer=99"], "overlong_buffer=99 must lie in 0..max_new_tokens=16"),
     (["--old_logp_source=vllm"], "old_logp_source='vllm'; valid: policy, rollout"),
     (["--old_logp_source=rollout", "--rollout_engine=hf"],
      "old_logp_source='rollout' needs rollout_engine='vllm'"),
-    (["--max_tokens_per_micro=0"], "max_tokens_per_micro must be >= 1"),
     (["--REWARDS={}"], "unknown config key 'REWARDS'"),  # imported tables are not config
     (["--LOSS_TYPES=()"], "unknown config key 'LOSS_TYPES'"),
     (["--eps_high=abc"], "eps_high='abc' is str, expected float"),  # None default, annotated
@@ -43,6 +41,143 @@ def test_bad_config_is_one_clear_line(args, expected):
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert expected in last, last
+
+
+# Every number's range check in train.py, one bad value each: (--key=value, the valid range). The
+# error must read "config error: key=value must be <range>".
+RANGES = [
+    ("--reward_wrong=1.5", "<= 1 (a right answer scores 1.0)"), ("--format_coef=-0.1", ">= 0"),
+    ("--length_reward_coef=-0.1", ">= 0"), ("--length_reward_warmup=-1", ">= 0"),
+    ("--max_bad_rows=-1", ">= 0"), ("--max_prompt_len=0", ">= 1"),
+    ("--reward_timeout=0.0", "> 0 (seconds)"), ("--prompts_per_step=0", ">= 1"),
+    ("--group_size=1", ">= 2 (a group advantage needs 2 samples per prompt)"),
+    ("--max_new_tokens=0", ">= 1"), ("--overlong_buffer=99", "in [0, max_new_tokens=16]"),
+    ("--overlong_buffer=-1", "in [0, max_new_tokens=16]"), ("--temperature=0.0", "> 0"),
+    ("--top_p=0.0", "in (0, 1]"), ("--top_p=1.5", "in (0, 1]"), ("--top_k=-1", ">= 0 (0: off)"),
+    ("--oversample=0.5", ">= 1"), ("--max_gen_batches=-1", ">= 0 (0: unlimited)"),
+    ("--vllm_gpu_memory_utilization=0.0", "in (0, 1]"),
+    ("--vllm_gpu_memory_utilization=1.5", "in (0, 1]"),
+    ("--num_iterations=0", ">= 1"), ("--eps_low=1.0", "None or in [0, 1)"),
+    ("--eps_low=-0.1", "None or in [0, 1)"), ("--eps_high=-0.1", "None or >= 0"),
+    ("--tau_pos=0.0", "> 0"), ("--tau_neg=-1.0", "> 0"), ("--cispo_eps_high=-1.0", ">= 0"),
+    ("--clip_cov_ratio=1.5", "in [0, 1]"), ("--clip_cov_lb=6.0", "<= clip_cov_ub=5.0"),
+    ("--kl_cov_ratio=-0.1", "in [0, 1]"), ("--kl_cov_coef=-1.0", ">= 0"), ("--beta=-0.1", ">= 0"),
+    ("--entropy_coef=1e999", "finite"), ("--tis_cap=0.0", "> 0"), ("--critic_lr=-1.0", ">= 0"),
+    ("--vf_clip=0.0", "> 0"), ("--gae_lambda=1.5", "in [0, 1]"),
+    ("--value_warmup_steps=-1", "None or >= 0"), ("--lam_alpha=0.0", "> 0"),
+    ("--lm_coef=-0.1", ">= 0"), ("--learning_rate=-1.0", ">= 0"), ("--weight_decay=-0.1", ">= 0"),
+    ("--beta1=1.0", "in [0, 1)"), ("--beta2=-0.1", "in [0, 1)"),
+    ("--grad_clip=-1.0", ">= 0 (0: off)"),
+    ("--warmup_iters=-1", ">= 0"), ("--max_iters=-1", ">= 0"), ("--micro_batch_size=0", ">= 1"),
+    ("--max_tokens_per_micro=0", ">= 1"), ("--eval_interval=-1", ">= 0 (0: never)"),
+    ("--eval_samples=0", ">= 1 (or eval_interval=0)"),
+    ("--eval_problems=0", ">= 1 (or eval_interval=0)"),
+    ("--ckpt_interval=-2", ">= -1 (0: only at the end, -1: never)"), ("--max_bad_steps=0", ">= 1"),
+    ("--warn_truncated=1.5", "in [0, 1]"), ("--warn_degenerate_steps=-1", ">= 0 (0: off)"),
+    ("--warn_mismatch=-1.0", ">= 0 (0: off)"), ("--stop_mismatch=-1.0", ">= 0 (0: never)"),
+]
+NO_MODEL = "--init_from=tests"  # any folder passes the checks: they load nothing
+# values at the edge of a range, or meaningful though unusual: accepted
+VALID = [[NO_MODEL], ["--init_from=resume"], ["--init_from=owner/name"],  # a hub id, hub online
+         [NO_MODEL, "--top_p=1.0", "--learning_rate=0.0", "--grad_clip=0.0", "--eps_low=0.0",
+          "--eps_high=0.0", "--reward_wrong=-1.0", "--gae_lambda=1.0", "--clip_cov_lb=5.0"],
+         [NO_MODEL, "--entropy_coef=-0.01"],  # entropy minimisation
+         [NO_MODEL, "--eval_interval=0", "--eval_samples=0", "--eval_problems=0"],
+         [NO_MODEL, "--value_warmup_steps=0", "--ckpt_interval=-1", "--max_iters=0"]]
+
+# train.py from the top to the end of its checks section (all that runs before data and model
+# load), once per argv, in one process: a train.py start costs ~5 s of imports, 60 of them minutes
+CHECK_EACH = """
+import contextlib, io, json, sys
+lines = open('train.py').read().splitlines(keepends=True)
+start = next(i for i, line in enumerate(lines) if line.startswith('# checks that fail fast'))
+end = next(i for i in range(start, len(lines)) if lines[i].startswith('# ---'))
+head = compile(''.join(lines[:end]), 'train.py', 'exec')
+results = []
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ['train.py', *argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            exec(head, {'__name__': '__main__', '__file__': 'train.py'})
+            status = 0
+        except SystemExit as e:
+            status = e.code
+    results.append((status, out.getvalue(), err.getvalue()))
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def checked():
+    """{argv: (exit status, stdout, stderr)} of train.py's checks for VALID and RANGES."""
+    cases = VALID + [[arg] for arg, _ in RANGES]  # VALID first: any import noise lands there
+    offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # 'owner/name' is valid with the hub on
+    env = {k: v for k, v in os.environ.items() if k not in offline}
+    result = subprocess.run([sys.executable, "-c", CHECK_EACH, json.dumps(cases)], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return dict(zip(map(tuple, cases), json.loads(result.stdout.splitlines()[-1])))
+
+
+@pytest.mark.parametrize("arg, valid", RANGES, ids=[arg[2:] for arg, _ in RANGES])
+def test_out_of_range_is_one_config_error(checked, arg, valid):
+    key, _, value = arg[2:].partition("=")
+    status, out, err = checked[(arg,)]
+    expected = f"config error: {key}={ast.literal_eval(value)!r} must be {valid}\n"
+    assert (status, err) == (2, expected)
+    assert all(line.startswith("Overriding") for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize("args", VALID, ids=" ".join)
+def test_in_range_passes_the_checks(checked, args):
+    status, out, err = checked[tuple(args)]
+    assert status == 0, err
+
+
+@pytest.mark.parametrize("arg, error", [
+    ("--temperature=0.0", "temperature=0.0 must be > 0"),  # was HF generate's ValueError
+    ("--max_new_tokens=0", "max_new_tokens=0 must be >= 1"),
+    ("--learning_rate=-1.0", "learning_rate=-1.0 must be >= 0"),  # was AdamW's ValueError
+    ("--init_from=does/not/exist",  # was the hub's OSError about a repo id
+     "init_from='does/not/exist' is not a folder (and not a hub id 'owner/name')"),
+    ("--top_p=0.0", "top_p=0.0 must be in (0, 1]"),  # was accepted
+    ("--eval_samples=0", "eval_samples=0 must be >= 1 (or eval_interval=0)"),  # was accepted
+])
+def test_bad_value_ends_a_real_run_before_anything_loads(arg, error):
+    """The issue's cases as a user runs them: one line, exit code 2, and nothing on stdout but the
+    configurator's own lines (setup, data and model loading would print)."""
+    result = run_train(arg)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("config error:")]
+    assert errors == [f"config error: {error}"] and "Traceback" not in result.stderr
+    assert all(line.startswith("Overriding") for line in result.stdout.splitlines()), result.stdout
+
+
+def test_hub_id_with_the_hub_offline_and_no_cached_copy():
+    result = run_train("--init_from=nobody/no_such_model", env={"HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "config error: init_from='nobody/no_such_model' is not a folder, and the hub is offline "
+        "(HF_HUB_OFFLINE=1) with no cached copy of it")
+
+
+def test_help_prints_every_key_with_its_value_and_comment():
+    """--help: train.py's config section with the current values, after every other argument."""
+    result = run_train("--help")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert "# rollout" in lines and "# I/O" in lines  # the section comments
+    assert any(line.startswith("temperature = 1.0") and "# sampling temperature" in line
+               for line in lines)
+    shown = {line.partition("  #")[0].rstrip() for line in lines}
+    for key, (value, hint) in train_config().items():
+        assert (f"{key}: {hint} = {value!r}" if hint else f"{key} = {value!r}") in shown, key
+    # -h first, a config file and an override after it: printed after both were applied
+    result = run_train("-h", "config/cpu_demo.py", "--max_iters=3")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "out_dir = 'out/cpu_demo'" in result.stdout  # cpu_demo.py's, not the default 'out'
+    assert any(line.startswith("max_iters = 3 ") for line in result.stdout.splitlines())
 
 
 def test_bad_key_inside_config_file(tmp_path):

@@ -147,6 +147,74 @@ def test_plots_are_written(tmp_path):
     assert os.path.getsize(tmp_path / "cmp" / "plots" / "reward.png") > 1000
 
 
+def drawn_lines(monkeypatch, runs, name, keys, path):
+    """{label: (steps, values)} of the lines plot_figure draws (the figure is caught before it is
+    closed)."""
+    figures = []
+    monkeypatch.setattr(plot.plt, "close", figures.append)
+    assert plot.plot_figure(runs, name, keys, str(path))
+    return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+            for line in figures[0].axes[0].get_lines()}
+
+
+def test_pass_and_maj_at_k_join_eval_accuracy(tmp_path, monkeypatch):
+    """train.py logs eval/pass@1, eval/pass@{k} and eval/maj@{k} (k = eval_samples) beside
+    eval/accuracy: found by prefix, drawn in the eval_accuracy figure and summarized after
+    eval/accuracy, k in numeric order. Keys that only look alike are not picked up."""
+    dirs = make_runs(tmp_path)
+    for d in dirs:  # every eval record gets pass@1 = accuracy, pass@4 and maj@4 (and pass@16)
+        records = [json.loads(line) for line in open(os.path.join(d, "log.jsonl"))]
+        for r in records:
+            if plot.is_eval(r):
+                a = r["eval/accuracy"]
+                r.update({"eval/pass@16": 1.0, "eval/maj@4": a + 0.1, "eval/pass@1": a,
+                          "eval/pass@4": a + 0.2, "eval/pass@k": 9.0, "eval/maj@4x": 9.0})
+        write_log(d, records)
+    runs = plot.load_runs(dirs)
+    assert plot.with_prefixed(["reward", "eval/accuracy", "entropy"], runs) == [
+        "reward", "eval/accuracy", "eval/pass@1", "eval/pass@4", "eval/pass@16", "eval/maj@4",
+        "entropy"]
+    text = plot.summary_table(runs)
+    assert ("| variant | seeds | reward | eval/accuracy | eval/pass@1 | eval/pass@4 | "
+            "eval/pass@16 | eval/maj@4 | entropy |") in text
+    # the last eval, as for eval/accuracy: alpha's 0.4 ± 0.1 -> pass@4 0.6 ± 0.1, maj@4 0.5 ± 0.1
+    assert ("| alpha | 3 | 0.14 ± 0.1 | 0.4 ± 0.1 | 0.4 ± 0.1 | 0.6 ± 0.1 | 1 ± 0 | 0.5 ± 0.1 |"
+            in text)
+    keys = plot.with_prefixed(plot.FIGURES["eval_accuracy"], runs)
+    lines = drawn_lines(monkeypatch, runs, "eval_accuracy", keys, tmp_path / "eval.png")
+    assert lines["beta eval/maj@4 (3 seeds)"][0] == [0, 5]
+    assert lines["beta eval/maj@4 (3 seeds)"][1] == pytest.approx([0.2, 0.55])
+    assert sorted(lines) == sorted(f"{v} {k} (3 seeds)" for v in ("alpha", "beta") for k in keys)
+    # runs without them: eval/accuracy alone, as before
+    plain = plot.load_runs(make_runs(tmp_path / "plain"))
+    assert plot.with_prefixed(plot.SUMMARY, plain) == plot.SUMMARY
+
+
+def test_a_duplicate_eval_at_the_resume_step_is_drawn_once(tmp_path, monkeypatch):
+    """A run ended at step 5 (its last eval at step 5), then resumed with max_iters=7: the resumed
+    run of an older train.py evaluated step 5 again before going on. read_log keeps the last eval of step 5, so the eval
+    series, the figure and the summary have one point per step; the train record of step 5 stays."""
+    records = [{"step": 0, "eval/accuracy": 0.1, "eval/pass@4": 0.2}]
+    records += [train_record(t, 0.5, 1.0) for t in range(1, 6)]
+    records.append({"step": 5, "eval/accuracy": 0.4, "eval/pass@4": 0.6})
+    records.append({"step": 5, "eval/accuracy": 0.45, "eval/pass@4": 0.65})  # the resumed run's
+    records += [train_record(t, 0.5, 1.0) for t in range(6, 8)]
+    records.append({"step": 7, "eval/accuracy": 0.5, "eval/pass@4": 0.7})
+    run = write_log(tmp_path / "cmp" / "resumed_s0", records)
+    read = plot.read_log(run)
+    assert [(r["step"], plot.is_eval(r)) for r in read] == [
+        (0, True), (1, False), (2, False), (3, False), (4, False), (5, False), (5, True),
+        (6, False), (7, False), (7, True)]
+    assert plot.series(read, "eval/accuracy") == [(0, 0.1), (5, 0.45), (7, 0.5)]
+    runs = plot.load_runs([run])
+    lines = drawn_lines(monkeypatch, runs, "eval_accuracy",
+                        plot.with_prefixed(["eval/accuracy"], runs), tmp_path / "eval.png")
+    assert lines == {"resumed eval/accuracy": ([0, 5, 7], [0.1, 0.45, 0.5]),
+                     "resumed eval/pass@4": ([0, 5, 7], [0.2, 0.65, 0.7])}
+    stats = plot.final_metrics(runs, ["eval/accuracy", "eval/pass@4"])["resumed"]
+    assert stats == {"eval/accuracy": (0.5, 0.0, 1), "eval/pass@4": (0.7, 0.0, 1)}
+
+
 def compare(*args, timeout=120):
     return subprocess.run([sys.executable, "compare.py", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)

@@ -10,12 +10,14 @@ import json
 import os
 import sys
 import time
+from fractions import Fraction
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from rewards import FORMATS, REWARDS, kimi_length_reward, overlong_penalty  # noqa: E402
+from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,  # noqa: E402
+                     overlong_penalty, pass_at_k)
 
 
 def load_prepare(task):
@@ -33,8 +35,8 @@ def load_samples(task):
 
 
 def test_registries_cover_every_task():
-    assert set(REWARDS) == set(FORMATS) == {"arithmetic", "countdown", "gsm8k", "dapo_math",
-                                            "aime24"}
+    assert set(REWARDS) == set(FORMATS) == set(ANSWERS) == {"arithmetic", "countdown", "gsm8k",
+                                                            "dapo_math", "aime24"}
 
 
 # ----------------------------------------------------------------------------
@@ -466,3 +468,87 @@ def test_safe_score_turns_errors_and_timeouts_into_zero():
     # the alarm was cleared: no late raise
     assert safe_score(REWARDS["arithmetic"], "41", "42") == (0.0, None)
     time.sleep(0.3)
+
+
+# ----------------------------------------------------------------------------
+# held-out metrics: the parsed answers majority voting counts, pass@k and maj@k
+
+NUMS_123 = {"target": 1, "numbers": [1, 2, 3]}
+
+
+@pytest.mark.parametrize("task, completion, answer, parsed", [
+    ("arithmetic", "17 + 25 = 42", "42", 42), ("arithmetic", "17 or 18", "17", None),
+    ("gsm8k", "48 + 24 = 72\n#### 72.0", "72", 72), ("gsm8k", "#### 1,000", "1000", 1000),
+    ("gsm8k", "no numbers", "72", None),
+    ("dapo_math", "work\nAnswer: \\boxed{034}", "34", 34),
+    ("aime24", "Answer: 34 or 35", "34", None),
+    ("countdown", "<answer> (1 + 2)\n / 3 </answer>", NUMS_123, "(1+2)/3"),
+    ("countdown", "<answer>1 + 2 + 3</answer>", NUMS_123, "1+2+3"),
+    ("countdown", "(1 + 2) / 3", NUMS_123, None),                # no answer block
+    ("countdown", "<answer> </answer>", NUMS_123, None),         # an empty one
+])
+def test_answers_parse_what_the_verifier_compares(task, completion, answer, parsed):
+    given = ANSWERS[task](completion)
+    assert given == parsed
+    hash(given)  # majority voting counts answers in a Counter
+    # the verifier is right exactly when the parsed answer is the reference answer (countdown's
+    # verifier compares the expression's value with the target instead)
+    if task != "countdown":
+        assert REWARDS[task](completion, answer) == float(parsed is not None
+                                                          and parsed == Fraction(answer))
+
+
+def test_answers_agree_on_equal_answers_written_differently():
+    # equal parsed answers are one vote: "1,000" and "1000.0", "$34$" and "034"
+    assert ANSWERS["gsm8k"]("#### 1,000") == ANSWERS["gsm8k"]("the total is 1000.0")
+    assert ANSWERS["dapo_math"]("Answer: $34$") == ANSWERS["dapo_math"]("Answer: 034")
+    assert ANSWERS["countdown"]("<answer>(1+2)/3</answer>") == ANSWERS["countdown"](
+        "<answer> ( 1 + 2 ) / 3 </answer>")
+
+
+@pytest.mark.parametrize("n, c, k, expected", [
+    (4, 0, 1, 0.0), (4, 0, 4, 0.0), (4, 1, 1, 0.25), (4, 1, 4, 1.0),
+    (4, 2, 2, 5 / 6),         # 1 - C(2,2)/C(4,2) = 1 - 1/6
+    (5, 2, 3, 0.9),           # 1 - C(3,3)/C(5,3) = 1 - 1/10
+    (4, 4, 1, 1.0), (10, 3, 2, 1 - 21 / 45),  # 1 - C(7,2)/C(10,2)
+])
+def test_pass_at_k_hand_computed(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_1_is_the_fraction_correct_and_large_n_is_finite():
+    for n in (1, 4, 16):
+        for c in range(n + 1):
+            assert pass_at_k(n, c, 1) == pytest.approx(c / n, abs=1e-12)
+    # C(2000, 1000) has ~600 digits: exact integers, one division, no overflow
+    assert pass_at_k(2000, 0, 1000) == 0.0 and pass_at_k(2000, 1, 1000) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("n, c, k", [(4, 5, 1), (4, -1, 1), (4, 1, 0), (4, 1, 5)])
+def test_pass_at_k_rejects_impossible_counts(n, c, k):
+    with pytest.raises(ValueError, match="pass_at_k"):
+        pass_at_k(n, c, k)
+
+
+@pytest.mark.parametrize("answers, correct, expected", [
+    ([42, 42, 41, 42], [1, 1, 0, 1], 1.0),            # the majority is right
+    ([41, 41, 42, 41], [0, 0, 1, 0], 0.0),            # majority wrong, a minority right: 0
+    ([41, 42, 42, 41], [0, 1, 1, 0], 0.0),            # tie 2-2: the first answer (41) wins
+    ([42, 41, 41, 42], [1, 0, 0, 1], 1.0),            # tie 2-2: the first answer (42) wins
+    ([None, None, None, None], [0, 0, 0, 0], 0.0),    # no parsed answer at all
+    ([None, None, None, 42], [0, 0, 0, 1], 1.0),      # None is not a vote: 42 is the majority
+    ([None, None, 41, 42, 42], [0, 0, 0, 1, 1], 1.0),
+    ([], [], 0.0),
+    (["(1+2)/3", "1+2+3", "(1+2)/3"], [1.0, 0.0, 1.0], 1.0),
+])
+def test_majority_correct(answers, correct, expected):
+    assert majority_correct(answers, correct) == expected
+
+
+def test_majority_correct_counts_equal_answers_as_one_vote():
+    # 1000 (Fraction, from "1,000") and 1000.0 are the same answer: two votes against one 7
+    answers = [ANSWERS["gsm8k"](c) for c in ("#### 7", "#### 1,000", "it is 1000.0")]
+    correct = [REWARDS["gsm8k"](c, "1000") for c in ("#### 7", "#### 1,000", "it is 1000.0")]
+    assert majority_correct(answers, correct) == 1.0
+    with pytest.raises(ValueError, match="one verdict per answer"):
+        majority_correct([1, 2], [1.0])

@@ -34,6 +34,10 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     result = train(f"--out_dir={out_dir}", "--max_iters=2", "--rollout_engine=vllm",
                    "--ckpt_interval=0")
     assert "step 1: reward" in result.stdout and "step 2: reward" in result.stdout
+    # a quiet console: none of vLLM's INFO lines, nor its expected warnings at start and at each sync
+    # (rollout.quiet_vllm), nor transformers' progress bars
+    for noise in [" INFO ", "Failed to load weights", "Attempted to load weight", "Loading weights"]:
+        assert noise not in result.stdout + result.stderr, noise
     log = records(out_dir)
     steps = [r for r in log if "reward" in r]
     evals = [r for r in log if "eval/accuracy" in r]
@@ -48,7 +52,14 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
         # fraction is in [0, 1]
         assert (0.3 < r["entropy"] < 6 and 0 <= r["loss/zero_grad_frac"] <= 1
                 and r["loss/clip_frac"] == 0)  # num_iterations=1: the ratio is exactly 1
-    assert 0 <= evals[0]["eval/accuracy"] <= 1
+    for r in evals:  # eval_samples=2: pass@1 is avg@2 (c/k per problem), pass@2 >= it
+        assert r["eval/pass@1"] == pytest.approx(r["eval/accuracy"])
+        assert 0 <= r["eval/accuracy"] <= r["eval/pass@2"] <= 1 and 0 <= r["eval/maj@2"] <= 1
+    # the end of the run says where things are and what comes next
+    assert f"eval/accuracy: {evals[0]['eval/accuracy']:.3f} at step 0 ->" in result.stdout
+    assert (f"continue: python train.py {' '.join(TINY)} --out_dir={out_dir} "
+            f"--rollout_engine=vllm --ckpt_interval=0 --init_from=resume --max_iters=4"
+            in result.stdout and f"plot: python plot.py {out_dir}" in result.stdout)
 
     # the checkpoint is a plain HF folder (transformers loads it) plus the trainer's state
     ckpt = os.path.join(out_dir, "ckpt")
@@ -64,6 +75,8 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
             and "step 2: reward" not in result.stdout)
     steps = [r for r in records(out_dir) if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2, 3] and "rollout_mismatch" not in steps[-1]
+    # step 2's eval ran before step 2's checkpoint: the resumed run does not evaluate it again
+    assert [r["step"] for r in records(out_dir) if "eval/accuracy" in r] == [0, 2, 3]
     assert torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)["step"] == 3
 
 
@@ -180,3 +193,47 @@ def test_a_non_finite_pass_ends_the_steps_updates_and_the_log_says_what_was_appl
     (step,) = records(out_dir)
     assert step["nonfinite_skipped"] == 1 and step["updates_applied"] == 1
     assert "(1 in a row; 1 of 2 updates applied before it)" in result.stdout
+
+
+def test_guards_say_what_went_wrong_once_and_log_it(tmp_path):
+    """Conditions built to trip three guards in one HF-engine step: 1 new token (nearly every answer
+    is cut at max_new_tokens), a verifier that raises on every completion (every reward 0, so
+    every group is degenerate, and warn_degenerate_steps=1)."""
+    raising = tmp_path / "raising_reward.py"
+    raising.write_text("import rewards\n"
+                       "rewards.REWARDS['arithmetic'] = lambda completion, answer: 1 / 0\n")
+    out_dir = str(tmp_path / "run")
+    result = train(str(raising), f"--out_dir={out_dir}", "--rollout_engine=hf", "--max_iters=2",
+                   "--eval_interval=0", "--max_new_tokens=1", "--warn_degenerate_steps=1")
+    steps = records(out_dir)
+    for r in steps:
+        assert r["guard/truncated"] == r["guard/degenerate"] == r["guard/reward_errors"] == 1
+    warnings = [line for line in result.stdout.splitlines() if "warning, step" in line]
+    assert len(warnings) == 3, warnings  # once each, though both steps trip them
+    assert any("were cut at max_new_tokens=1: raise it" in w for w in warnings)
+    assert any("every group's answers agreed for 1 steps" in w for w in warnings)
+    assert any("verifier raised or timed out" in w and "reward_fn='arithmetic'" in w
+               for w in warnings)
+
+
+def test_a_weight_sync_that_stopped_working_stops_the_run_with_a_checkpoint(tmp_path):
+    """A real vLLM engine whose sync does nothing (the config file replaces train.py's
+    sync_weights): the sampler stays at the initial weights while the trainer moves at lr 1e-4, so
+    rollout_mismatch leaves its first-step level; past stop_mismatch x it the run checkpoints and
+    stops with exit code 1 and a message that names the sync."""
+    no_sync = tmp_path / "no_sync.py"
+    no_sync.write_text("import sys\n"
+                       "sys.modules['__main__'].sync_weights = lambda engine, model: None\n")
+    out_dir = str(tmp_path / "run")
+    result = subprocess.run([sys.executable, "train.py", *TINY, str(no_sync),
+                             f"--out_dir={out_dir}", "--rollout_engine=vllm", "--eval_interval=0",
+                             "--max_iters=6", "--max_new_tokens=16", "--learning_rate=1e-4", "--ckpt_interval=0"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "is the weight sync (rollout.sync_weights) working?" in result.stderr.splitlines()[-1]
+    steps = records(out_dir)
+    first, last = steps[0]["rollout_mismatch"], steps[-1]
+    assert last["guard/sync"] == 1 and last["rollout_mismatch"] > 10 * max(first, 0.01)
+    assert all("guard/sync" not in r for r in steps[:-1]) and len(steps) < 6
+    meta = json.load(open(os.path.join(out_dir, "ckpt", "meta.json")))
+    assert meta["step"] == last["step"]
