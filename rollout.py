@@ -19,6 +19,7 @@ policy while the trainer believes it is on-policy (the bug of TRL issue #5312).
 import logging
 import math
 import os
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +49,7 @@ def quiet_vllm():
     - "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding", a few times
       at start: vLLM-CPU pins its own threads and ignores later requests."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="vllm")  # torch renames
     expected = ["with dtype torch.float32 into parameter with dtype torch.bfloat16",
                 "RotaryEmbedding: Failed to load weights", "`torch.set_num_threads` after the thread"]
     for name in ["vllm.model_executor.models.utils", "vllm.v1.worker.cpu_worker",
@@ -57,11 +59,17 @@ def quiet_vllm():
 
 
 def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True, distributed=False,
-                sleep_mode=False, verbose=False):
+                sleep_mode=False, verbose=False, dtype="bfloat16"):
     """'vllm': a colocated vLLM engine on the weights in model_path; under torchrun every rank
     starts its own (external_launcher: vLLM joins the trainer's processes instead of spawning
     workers). 'hf': generation reuses the trainer's own model (passed later to generate): nothing to
-    start and nothing to sync."""
+    start and nothing to sync.
+
+    dtype: the engine's weights, the trainer's body dtype (train.py passes it). A bf16 engine beside
+    an fp32 trainer cannot follow it: an update of lr 2e-5 moves a weight by far less than half a
+    bf16 step, so its bf16 copy mostly stays where it was while the fp32 policy moves. Measured on
+    the demo: rollout_mismatch 0.027 at step 1, 0.110 at step 2, 0.360 at step 4 (13x: the sampler
+    was no longer the policy being trained)."""
     if kind == "hf":
         return {"kind": "hf"}
     if kind != "vllm":
@@ -69,7 +77,7 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
     if not verbose:
         quiet_vllm()  # before vLLM's first import: it reads its logging level then
     from vllm import LLM
-    llm = LLM(model=model_path, dtype="bfloat16", enforce_eager=True, seed=seed,
+    llm = LLM(model=model_path, dtype=dtype, enforce_eager=True, seed=seed,
               gpu_memory_utilization=gpu_memory_utilization,
               # MiniMax-M1: FP32 head in the sampler too
               hf_overrides={"head_dtype": "float32"} if fp32_head else None,
@@ -81,7 +89,7 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
               block_size=None if torch.cuda.is_available() else 32,
               distributed_executor_backend="external_launcher" if distributed else None,
               enable_sleep_mode=sleep_mode, use_tqdm_on_load=verbose)
-    return {"kind": "vllm", "llm": llm, "sleep_mode": sleep_mode}
+    return {"kind": "vllm", "llm": llm, "sleep_mode": sleep_mode, "dtype": getattr(torch, dtype)}
 
 
 def sleep(engine):
@@ -97,11 +105,11 @@ def wake(engine):
 
 
 def sync_weights(engine, model):
-    """Load the trainer's current weights into vLLM (bf16, as it serves them), then drop cached
+    """Load the trainer's current weights into vLLM (in the dtype it serves), then drop cached
     prefixes: their KV entries were computed with the old weights."""
     if engine["kind"] != "vllm":
         return
-    weights = [(name, p.detach().to(torch.bfloat16)) for name, p in model.state_dict().items()]
+    weights = [(name, p.detach().to(engine["dtype"])) for name, p in model.state_dict().items()]
     engine["llm"].collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     engine["llm"].reset_prefix_cache()
 

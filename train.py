@@ -382,7 +382,8 @@ if value_warmup_steps is None:
     value_warmup_steps = variant['value_warmup']
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vllm_fp32_head,
                      distributed=ddp, gpu_memory_utilization=vllm_gpu_memory_utilization,
-                     sleep_mode=vllm_sleep and device.startswith('cuda'), verbose=verbose)
+                     sleep_mode=vllm_sleep and device.startswith('cuda'), verbose=verbose,
+                     dtype=dtype)  # the trainer's body dtype: the sampler is the policy trained
 
 def reduce_sum(x):
     """x summed over ranks (a number or a dict of numbers with the same keys on every rank)."""

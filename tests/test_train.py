@@ -156,7 +156,9 @@ def test_old_logp_from_the_sampler_skips_the_old_pass(tmp_path):
           "--num_iterations=2", "--old_logp_source=rollout",
           "--learning_rate=0.0")  # both passes: the same weights
     step = [r for r in records(out_dir) if "reward" in r][-1]
-    assert step["rollout_mismatch"] > 1e-3
+    # bf16 on both sides: ~0.02 (two engines' kernels); fp32 on both (dtype='auto' without bf16
+    # hardware): ~1e-6, still not 0
+    assert step["rollout_mismatch"] > 0
     assert not os.path.exists(os.path.join(out_dir, "ckpt"))  # ckpt_interval=-1: none written
     assert (abs(step["loss/log_ratio_abs_mean"] - step["rollout_mismatch"])
             < 1e-6 * step["rollout_mismatch"] + 1e-9)
