@@ -28,7 +28,7 @@ demo: setup
 	$(PY) train.py config/cpu_demo.py
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=10 tests
 
 clean:
 	rm -rf $(VENV) models/smollm2/hf out

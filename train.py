@@ -163,76 +163,37 @@ for key, valid in [('loss_type', LOSS_TYPES), ('reward_fn', tuple(REWARDS)),
                    ('kl_estimator', KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout'))]:
     if globals()[key] not in valid:
         config_error(f"{key}={globals()[key]!r}; valid: {', '.join(valid)}")
-# every number's valid range: (key, in range, the range in words). The comparisons are written so
-# that a NaN (a config file's float('nan')) fails them too.
-for key, ok, valid in [
-        # data and reward
-        ('reward_wrong', reward_wrong <= 1, '<= 1 (a right answer scores 1.0)'),
-        ('format_coef', format_coef >= 0, '>= 0'),
-        ('length_reward_coef', length_reward_coef >= 0, '>= 0'),
-        ('length_reward_warmup', length_reward_warmup >= 0, '>= 0'),
-        ('max_bad_rows', max_bad_rows >= 0, '>= 0'),
-        ('max_prompt_len', max_prompt_len >= 1, '>= 1'),
-        ('reward_timeout', reward_timeout > 0, '> 0 (seconds)'),
-        # rollout
-        ('prompts_per_step', prompts_per_step >= 1, '>= 1'),
-        ('group_size', group_size >= 2, '>= 2 (a group advantage needs 2 samples per prompt)'),
-        ('max_new_tokens', max_new_tokens >= 1, '>= 1'),
-        ('overlong_buffer', 0 <= overlong_buffer <= max_new_tokens,
-         f'in [0, max_new_tokens={max_new_tokens}]'),
-        ('temperature', temperature > 0, '> 0'),
-        ('top_p', 0 < top_p <= 1, 'in (0, 1]'),
-        ('top_k', top_k >= 0, '>= 0 (0: off)'),
-        # fewer than the missing groups per round could never fill a step in one round
-        ('oversample', oversample >= 1, '>= 1'),
-        ('max_gen_batches', max_gen_batches >= 0, '>= 0 (0: unlimited)'),
-        ('vllm_gpu_memory_utilization', 0 < vllm_gpu_memory_utilization <= 1, 'in (0, 1]'),
-        # loss
-        ('num_iterations', num_iterations >= 1, '>= 1'),
-        ('eps_low', eps_low is None or 0 <= eps_low < 1, 'None or in [0, 1)'),
-        ('eps_high', eps_high is None or eps_high >= 0, 'None or >= 0'),
-        ('tau_pos', tau_pos > 0, '> 0'),
-        ('tau_neg', tau_neg > 0, '> 0'),
-        ('cispo_eps_high', cispo_eps_high >= 0, '>= 0'),
-        ('clip_cov_ratio', 0 <= clip_cov_ratio <= 1, 'in [0, 1]'),
-        ('clip_cov_lb', clip_cov_lb <= clip_cov_ub, f'<= clip_cov_ub={clip_cov_ub}'),
-        ('kl_cov_ratio', 0 <= kl_cov_ratio <= 1, 'in [0, 1]'),
-        ('kl_cov_coef', kl_cov_coef >= 0, '>= 0'),
-        ('beta', beta >= 0, '>= 0'),
+# every number's valid range, keys grouped by it (a None default may stay None). The comparisons
+# are written so that a NaN (a config file's float('nan')) fails them too.
+for valid, in_range, keys in [
+        ('>= 0', lambda v: v >= 0,
+         ['format_coef', 'length_reward_coef', 'length_reward_warmup', 'max_bad_rows', 'top_k',
+          'max_gen_batches', 'eps_high', 'cispo_eps_high', 'kl_cov_coef', 'beta', 'critic_lr',
+          'value_warmup_steps', 'lm_coef', 'learning_rate', 'weight_decay', 'grad_clip',
+          'warmup_iters', 'max_iters', 'eval_interval', 'warn_degenerate_steps', 'warn_mismatch',
+          'stop_mismatch']),
+        # oversample < 1 could never fill a step in one round
+        ('>= 1', lambda v: v >= 1,
+         ['max_prompt_len', 'prompts_per_step', 'max_new_tokens', 'oversample', 'num_iterations',
+          'micro_batch_size', 'max_tokens_per_micro', 'max_bad_steps']
+         + (['eval_samples', 'eval_problems'] if eval_interval else [])),
+        ('> 0', lambda v: v > 0,
+         ['reward_timeout', 'temperature', 'tau_pos', 'tau_neg', 'tis_cap', 'vf_clip', 'lam_alpha']),
+        ('in (0, 1]', lambda v: 0 < v <= 1, ['top_p', 'vllm_gpu_memory_utilization']),
+        ('in [0, 1]', lambda v: 0 <= v <= 1,
+         ['clip_cov_ratio', 'kl_cov_ratio', 'gae_lambda', 'warn_truncated']),
+        ('in [0, 1)', lambda v: 0 <= v < 1, ['eps_low', 'beta1', 'beta2']),
+        ('>= 2 (a group advantage needs 2 samples per prompt)', lambda v: v >= 2, ['group_size']),
+        ('<= 1 (a right answer scores 1.0)', lambda v: v <= 1, ['reward_wrong']),
+        ('>= -1 (-1: never)', lambda v: v >= -1, ['ckpt_interval']),
+        (f'in [0, max_new_tokens={max_new_tokens}]', lambda v: 0 <= v <= max_new_tokens,
+         ['overlong_buffer']),
+        (f'<= clip_cov_ub={clip_cov_ub}', lambda v: v <= clip_cov_ub, ['clip_cov_lb']),
         # either sign: < 0 minimises the entropy, which is a method of its own
-        ('entropy_coef', math.isfinite(entropy_coef), 'finite'),
-        ('tis_cap', tis_cap > 0, '> 0'),
-        # critic
-        ('critic_lr', critic_lr >= 0, '>= 0'),
-        ('vf_clip', vf_clip > 0, '> 0'),
-        ('gae_lambda', 0 <= gae_lambda <= 1, 'in [0, 1]'),
-        ('value_warmup_steps', value_warmup_steps is None or value_warmup_steps >= 0,
-         'None or >= 0'),
-        ('lam_alpha', lam_alpha > 0, '> 0'),
-        ('lm_coef', lm_coef >= 0, '>= 0'),
-        # optimization
-        ('learning_rate', learning_rate >= 0, '>= 0'),
-        ('weight_decay', weight_decay >= 0, '>= 0'),
-        ('beta1', 0 <= beta1 < 1, 'in [0, 1)'),
-        ('beta2', 0 <= beta2 < 1, 'in [0, 1)'),
-        ('grad_clip', grad_clip >= 0, '>= 0 (0: off)'),
-        ('warmup_iters', warmup_iters >= 0, '>= 0'),
-        ('max_iters', max_iters >= 0, '>= 0'),
-        ('micro_batch_size', micro_batch_size >= 1, '>= 1'),
-        ('max_tokens_per_micro', max_tokens_per_micro >= 1, '>= 1'),
-        # eval and checkpoints
-        ('eval_interval', eval_interval >= 0, '>= 0 (0: never)'),
-        ('eval_samples', eval_interval == 0 or eval_samples >= 1, '>= 1 (or eval_interval=0)'),
-        ('eval_problems', eval_interval == 0 or eval_problems >= 1, '>= 1 (or eval_interval=0)'),
-        ('ckpt_interval', ckpt_interval >= -1, '>= -1 (0: only at the end, -1: never)'),
-        ('max_bad_steps', max_bad_steps >= 1, '>= 1'),
-        # guards
-        ('warn_truncated', 0 <= warn_truncated <= 1, 'in [0, 1]'),
-        ('warn_degenerate_steps', warn_degenerate_steps >= 0, '>= 0 (0: off)'),
-        ('warn_mismatch', warn_mismatch >= 0, '>= 0 (0: off)'),
-        ('stop_mismatch', stop_mismatch >= 0, '>= 0 (0: never)')]:
-    if not ok:
-        config_error(f"{key}={globals()[key]!r} must be {valid}")
+        ('finite', math.isfinite, ['entropy_coef'])]:
+    for key in keys:
+        if globals()[key] is not None and not in_range(globals()[key]):
+            config_error(f"{key}={globals()[key]!r} must be {valid}")
 # init_from: 'resume', a folder or a hub id. A mistyped folder would otherwise end, after the long
 # imports, in the hub's OSError about a repo id.
 if init_from != 'resume' and not os.path.isdir(init_from):

@@ -49,32 +49,32 @@ RANGES = [
     ("--reward_wrong=1.5", "<= 1 (a right answer scores 1.0)"), ("--format_coef=-0.1", ">= 0"),
     ("--length_reward_coef=-0.1", ">= 0"), ("--length_reward_warmup=-1", ">= 0"),
     ("--max_bad_rows=-1", ">= 0"), ("--max_prompt_len=0", ">= 1"),
-    ("--reward_timeout=0.0", "> 0 (seconds)"), ("--prompts_per_step=0", ">= 1"),
+    ("--reward_timeout=0.0", "> 0"), ("--prompts_per_step=0", ">= 1"),
     ("--group_size=1", ">= 2 (a group advantage needs 2 samples per prompt)"),
     ("--max_new_tokens=0", ">= 1"), ("--overlong_buffer=99", "in [0, max_new_tokens=16]"),
     ("--overlong_buffer=-1", "in [0, max_new_tokens=16]"), ("--temperature=0.0", "> 0"),
-    ("--top_p=0.0", "in (0, 1]"), ("--top_p=1.5", "in (0, 1]"), ("--top_k=-1", ">= 0 (0: off)"),
-    ("--oversample=0.5", ">= 1"), ("--max_gen_batches=-1", ">= 0 (0: unlimited)"),
+    ("--top_p=0.0", "in (0, 1]"), ("--top_p=1.5", "in (0, 1]"), ("--top_k=-1", ">= 0"),
+    ("--oversample=0.5", ">= 1"), ("--max_gen_batches=-1", ">= 0"),
     ("--vllm_gpu_memory_utilization=0.0", "in (0, 1]"),
     ("--vllm_gpu_memory_utilization=1.5", "in (0, 1]"),
-    ("--num_iterations=0", ">= 1"), ("--eps_low=1.0", "None or in [0, 1)"),
-    ("--eps_low=-0.1", "None or in [0, 1)"), ("--eps_high=-0.1", "None or >= 0"),
+    ("--num_iterations=0", ">= 1"), ("--eps_low=1.0", "in [0, 1)"),
+    ("--eps_low=-0.1", "in [0, 1)"), ("--eps_high=-0.1", ">= 0"),
     ("--tau_pos=0.0", "> 0"), ("--tau_neg=-1.0", "> 0"), ("--cispo_eps_high=-1.0", ">= 0"),
     ("--clip_cov_ratio=1.5", "in [0, 1]"), ("--clip_cov_lb=6.0", "<= clip_cov_ub=5.0"),
     ("--kl_cov_ratio=-0.1", "in [0, 1]"), ("--kl_cov_coef=-1.0", ">= 0"), ("--beta=-0.1", ">= 0"),
     ("--entropy_coef=1e999", "finite"), ("--tis_cap=0.0", "> 0"), ("--critic_lr=-1.0", ">= 0"),
     ("--vf_clip=0.0", "> 0"), ("--gae_lambda=1.5", "in [0, 1]"),
-    ("--value_warmup_steps=-1", "None or >= 0"), ("--lam_alpha=0.0", "> 0"),
+    ("--value_warmup_steps=-1", ">= 0"), ("--lam_alpha=0.0", "> 0"),
     ("--lm_coef=-0.1", ">= 0"), ("--learning_rate=-1.0", ">= 0"), ("--weight_decay=-0.1", ">= 0"),
     ("--beta1=1.0", "in [0, 1)"), ("--beta2=-0.1", "in [0, 1)"),
-    ("--grad_clip=-1.0", ">= 0 (0: off)"),
+    ("--grad_clip=-1.0", ">= 0"),
     ("--warmup_iters=-1", ">= 0"), ("--max_iters=-1", ">= 0"), ("--micro_batch_size=0", ">= 1"),
-    ("--max_tokens_per_micro=0", ">= 1"), ("--eval_interval=-1", ">= 0 (0: never)"),
-    ("--eval_samples=0", ">= 1 (or eval_interval=0)"),
-    ("--eval_problems=0", ">= 1 (or eval_interval=0)"),
-    ("--ckpt_interval=-2", ">= -1 (0: only at the end, -1: never)"), ("--max_bad_steps=0", ">= 1"),
-    ("--warn_truncated=1.5", "in [0, 1]"), ("--warn_degenerate_steps=-1", ">= 0 (0: off)"),
-    ("--warn_mismatch=-1.0", ">= 0 (0: off)"), ("--stop_mismatch=-1.0", ">= 0 (0: never)"),
+    ("--max_tokens_per_micro=0", ">= 1"), ("--eval_interval=-1", ">= 0"),
+    ("--eval_samples=0", ">= 1"),
+    ("--eval_problems=0", ">= 1"),
+    ("--ckpt_interval=-2", ">= -1 (-1: never)"), ("--max_bad_steps=0", ">= 1"),
+    ("--warn_truncated=1.5", "in [0, 1]"), ("--warn_degenerate_steps=-1", ">= 0"),
+    ("--warn_mismatch=-1.0", ">= 0"), ("--stop_mismatch=-1.0", ">= 0"),
 ]
 NO_MODEL = "--init_from=tests"  # any folder passes the checks: they load nothing
 # values at the edge of a range, or meaningful though unusual: accepted
@@ -142,7 +142,7 @@ def test_in_range_passes_the_checks(checked, args):
     ("--init_from=does/not/exist",  # was the hub's OSError about a repo id
      "init_from='does/not/exist' is not a folder (and not a hub id 'owner/name')"),
     ("--top_p=0.0", "top_p=0.0 must be in (0, 1]"),  # was accepted
-    ("--eval_samples=0", "eval_samples=0 must be >= 1 (or eval_interval=0)"),  # was accepted
+    ("--eval_samples=0", "eval_samples=0 must be >= 1"),  # was accepted
 ])
 def test_bad_value_ends_a_real_run_before_anything_loads(arg, error):
     """The issue's cases as a user runs them: one line, exit code 2, and nothing on stdout but the

@@ -237,5 +237,6 @@ def test_a_weight_sync_that_stopped_working_stops_the_run_with_a_checkpoint(tmp_
     first, last = steps[0]["rollout_mismatch"], steps[-1]
     assert last["guard/sync"] == 1 and last["rollout_mismatch"] > 10 * max(first, 0.01)
     assert all("guard/sync" not in r for r in steps[:-1]) and len(steps) < 6
+    assert last["guard/mismatch"] == 1  # the warning's threshold (3x) is below the stop's (10x)
     meta = json.load(open(os.path.join(out_dir, "ckpt", "meta.json")))
     assert meta["step"] == last["step"]
