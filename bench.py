@@ -3,7 +3,7 @@ Where an RL step's time goes, and how close each part runs to the hardware. Prin
 number in it is measured by this run, on this machine (CUDA is detected and used the same way).
 
     python bench.py                  # everything (~15 min on 2 CPU cores)
-    python bench.py --only=score     # one section: peak | rollout | score | step | floor
+    python bench.py --only=score     # one section: peak | rollout | score | step | profile | floor
 
 Sections
   peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
@@ -14,8 +14,12 @@ Sections
   step     the standard workload (16 prompts x 8 samples x <= 64 new tokens, SmolLM2-135M) through
            train.py itself: rollout / scoring / update / sync seconds; "before" = the same code
            with fp32 compute, HF generate and the naive head. Update efficiency = model FLOPs /
-           update time / bf16 peak, with model FLOPs = 6 * (body params * body tokens +
-           head params * completion tokens), of the trained rows.
+           update time / the matmul peak of the body's dtype, with model FLOPs = 6 * (body params
+           * body tokens + head params * completion tokens), of the trained rows.
+  profile  where the update's seconds go: torch.profiler over step 2 of the same workload (its
+           scoring and update stages), each op's self time by category (body matmuls, attention,
+           the FP32 head, loss, statistics, optimizer, other ops, Python between ops), and the
+           largest ops. The profiler adds a little to each op.
   floor    the ratio's floor (issue #15): one AdamW step at a tiny learning rate with
            num_iterations=2, then the second pass's mean |log pi - log pi_old| and clip fraction
            (eps 0.2), on 2 prompts x 4 answers (<= 16 tokens) sampled once from models/smollm2/hf;
@@ -222,6 +226,83 @@ def child_train(*args):
     runpy.run_path('train.py', run_name='__main__')
 
 
+# the update's time by category: torch.profiler over step 2's score and update stages (train.py's
+# timed() ranges), every op's self time put in the first category that claims it
+MATMULS = ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::matmul', 'aten::linear', 'aten::baddbmm')
+CATEGORIES = {  # category: (names of enclosing ranges, op-name test), in order of precedence
+    'FP32 LM head (HeadLogprobs)': ({'head'}, None),
+    'optimizer (clip, AdamW, zero_grad)': ({'optimizer', 'Optimizer.step#AdamW.step',
+                                            'Optimizer.zero_grad#AdamW.zero_grad'}, None),
+    'statistics (token weights)': ({'statistics'}, None),
+    'loss (policy_loss, elementwise)': ({'loss'}, None),
+    'attention (SDPA, fwd + bwd)': (set(), lambda n: 'attention' in n or 'sdpa' in n),
+    'body matmuls (fwd + bwd)': (set(), lambda n: n in MATMULS),
+    'other ops (norms, elementwise, casts, copies)': (set(), lambda n: True),
+}
+
+
+def child_profile(*args):
+    """train.py on the workload, torch.profiler on over step 2's score and update (from
+    rollout.sleep to rollout.sync_weights). Returns {stage: {category: seconds}}; a stage's own
+    self time (Python between ops) is 'python (between ops)'."""
+    import runpy
+    import losses
+    import model
+    import rollout
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    def marked(fn, name):
+        def wrapper(*a, **k):
+            with record_function(name):
+                return fn(*a, **k)
+        return wrapper
+    model.HeadLogprobs.forward = staticmethod(marked(model.HeadLogprobs.forward, 'head'))
+    model.HeadLogprobs.backward = staticmethod(marked(model.HeadLogprobs.backward, 'head'))
+    torch.nn.utils.clip_grad_norm_ = marked(torch.nn.utils.clip_grad_norm_, 'optimizer')
+    losses.token_weight_sums = marked(losses.token_weight_sums, 'statistics')
+    losses.policy_loss = marked(losses.policy_loss, 'loss')
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == 'cuda' else [])
+    prof, steps = profile(activities=activities), [0]
+    sleep, sync_weights = rollout.sleep, rollout.sync_weights
+
+    def start(engine):  # called right before the score stage
+        steps[0] += 1
+        if steps[0] == 2:
+            prof.__enter__()
+        sleep(engine)
+
+    def stop(engine, policy):  # called right after the update
+        if steps[0] == 2:
+            sync()
+            prof.__exit__(None, None, None)
+        sync_weights(engine, policy)
+    rollout.sleep, rollout.sync_weights = start, stop
+    sys.argv = ['train.py', *WORKLOAD, '--max_iters=2', '--ckpt_interval=-1',
+                f'--out_dir={tempfile.mkdtemp(prefix="bench_")}', *args]
+    runpy.run_path('train.py', run_name='__main__')
+    out, ops = {}, {}
+    for event in prof.events():
+        ranges, parent = set(), event.cpu_parent
+        while parent is not None:
+            ranges.add(parent.name)
+            parent = parent.cpu_parent
+        stage = next((s for s in ('score', 'train') if s in ranges or s == event.name), None)
+        if stage is None:
+            continue
+        if event.name == stage:
+            category = 'python (between ops)'
+        else:
+            category = next(c for c, (names, test) in CATEGORIES.items()
+                            if ranges & names or event.name in names or (test and test(event.name)))
+        out.setdefault(stage, {}).setdefault(category, 0.0)
+        out[stage][category] += event.self_cpu_time_total / 1e6
+        if stage == 'train':
+            key = f"{event.name} ({category.split(' (')[0]})"
+            ops[key] = ops.get(key, 0.0) + event.self_cpu_time_total / 1e6
+    out['top ops'] = dict(sorted(ops.items(), key=lambda kv: -kv[1])[:16])
+    return out
+
+
 def run_child(name, *args):
     """One measurement in a fresh process; its result is the JSON on its last stdout line, None if
     it died."""
@@ -256,7 +337,7 @@ if __name__ == '__main__':
     if argv and argv[0].startswith('--child='):
         name, args = argv[0].split('=', 1)[1], argv[1:]
         result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout,
-                  'train': child_train, 'floor': child_floor}[name](
+                  'train': child_train, 'floor': child_floor, 'profile': child_profile}[name](
             *[int(a) if a.isdigit() else a for a in args])
         if result is not None:
             print(json.dumps(result))
@@ -270,7 +351,8 @@ if __name__ == '__main__':
     peak = run_child('peak') if want('peak') or want('step') else None
     if peak:
         rows += [('matmul fp32', f"{peak['float32']:.0f} GFLOP/s", ''),
-                 ('matmul bf16', f"{peak['bfloat16']:.0f} GFLOP/s", 'the ceiling')]
+                 ('matmul bf16', f"{peak['bfloat16']:.0f} GFLOP/s",
+                  'the ceiling of a bf16 body (emulated, far slower, without bf16 instructions)')]
     if want('rollout') and (r := run_child('rollout')):
         for kind in ('vllm', 'hf'):
             rows.append((f'rollout {kind}', f"{r[kind]['tokens'] / r[kind]['seconds']:.0f} tok/s",
@@ -298,6 +380,11 @@ if __name__ == '__main__':
         body_params = sum(p.numel() for n, p in
                           AutoModelForCausalLM.from_pretrained(MODEL).model.named_parameters()
                           if 'embed' not in n)
+        from model import native_bf16
+        # the ceiling of each column: the peak of the dtype its body ran in (dtype='auto' is fp32
+        # on a CPU without bf16 instructions, where bf16 matmuls are emulated)
+        body_dtype = {'after': 'bfloat16' if native_bf16(device) else 'float32',
+                      'before': 'float32'}
         for label, r in (('after', after), ('before', before)):
             if r is None:
                 continue
@@ -312,8 +399,8 @@ if __name__ == '__main__':
                 rows.append((
                     f'update {label}', f"{r['train_tokens'] / r['train_seconds']:.0f} tok/s",
                     f"{flops / r['train_seconds'] / 1e9:.0f} GFLOP/s = "
-                    f"{100 * flops / r['train_seconds'] / 1e9 / peak['bfloat16']:.0f}% "
-                    "of bf16 peak; "
+                    f"{100 * flops / r['train_seconds'] / 1e9 / peak[body_dtype[label]]:.0f}% "
+                    f"of the {body_dtype[label]} peak (the body's dtype); "
                     f"padding {100 * r['pad_frac']:.0f}% (every row at full width: "
                     f"{100 * r.get('pad_frac_unpacked', float('nan')):.0f}%); "
                     f"{100 * r['trained_frac']:.0f}% of the rows trained (skip_zero_adv)"))
@@ -327,6 +414,17 @@ if __name__ == '__main__':
                          f"before / after; per sampled token: {per_token:.2f}x "
                          f"(mean answer {before['completion_len']:.1f} / "
                          f"{after['completion_len']:.1f} tokens)"))
+    if want('profile') and (r := run_child('profile')):
+        for stage, label in (('train', 'update'), ('score', 'no-grad scoring')):
+            total = sum(r.get(stage, {}).values())
+            if total < 0.01:  # no scoring pass is needed at num_iterations=1
+                continue
+            rows.append((f'profile: {label}', f'{total:.2f} s',
+                         'step 2 of the workload under torch.profiler, by category:'))
+            for category, sec in sorted(r.get(stage, {}).items(), key=lambda kv: -kv[1]):
+                rows.append((f'  {category}', f'{sec:.2f} s', f'{100 * sec / total:.0f}%'))
+        rows.append(('profile: the largest ops of the update', '', 'self time'))
+        rows += [(f'  {op}', f'{sec:.2f} s', '') for op, sec in r['top ops'].items()]
     if want('floor') and (r := run_child('floor')):
         lrs = ', '.join(f'{lr:g}' for lr in FLOOR_LRS)
         rows.append(('ratio floor (lr 1e-8)', 'mean abs log ratio / clip fraction',

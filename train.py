@@ -356,6 +356,22 @@ def reduce_sum(x):
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist())) if keys else t.item()
 
+def peak_memory():
+    """This rank's peak memory in bytes: CUDA's allocated peak (CPU: the resident set)."""
+    if device.startswith('cuda'):
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+seconds = {}  # the step's wall time per stage: seconds['rollout_seconds'], ...
+
+@contextlib.contextmanager
+def timed(stage):
+    """Time a stage of the step; it is also a named range in a torch.profiler trace (bench.py)."""
+    t0 = time.time()
+    with torch.profiler.record_function(stage):
+        yield
+    seconds[f'{stage}_seconds'] = time.time() - t0
+
 def accumulate(sums, new):
     """sums[k] += new[k]: the step's statistics are sums (over micro-batches, then ranks), means at
     the end."""
@@ -377,7 +393,8 @@ train_order = list(range(len(train_rows)))
 random.Random(seed).shuffle(train_order)  # one fixed order; data_cursor is the position in it
 # prompts consumed so far (saved in checkpoints)
 data_cursor = state['data_cursor'] if resume else 0
-reward_errors = 0  # completions whose verifier raised or timed out (each scored 0)
+# completions whose verifier raised or timed out (each scored 0), of all completions verified
+reward_errors, verified = 0, 0
 
 def next_rows(n):
     """n rows for this rank: its share of the next n * world_size rows of the global order."""
@@ -387,7 +404,8 @@ def next_rows(n):
     return [train_rows[train_order[p % len(train_rows)]] for p in positions]
 
 def verify(completion, answer):
-    global reward_errors
+    global reward_errors, verified
+    verified += 1
     score, error = safe_score(REWARDS[reward_fn], completion, answer, reward_timeout)
     if error is not None:
         reward_errors += 1
@@ -627,40 +645,30 @@ def policy_update(mbs, counts, step, median_len):
 # -----------------------------------------------------------------------------
 # log: one record per step, every number already summed over ranks
 def step_record(step, batch, reward_parts, lengths, trained, sums, update, mbs, body_tokens,
-                pad_frac, times):
+                pad_frac, sample_record):
     """The step's log record: sums over ranks, then means (per sample, or per token of the trained
     rows)."""
-    correct = batch['correct'] > 0
-    mask, B = batch['completion_mask'], len(batch['completions'])
-    totals = reduce_sum({**sums, 'seqs': B, 'reward': batch['rewards'].sum().item(),
-                         'len': lengths.sum().item(), 'trained': trained.sum().item(),
-                         'body_tokens': body_tokens,
-                         'head_tokens': sum(mb['completion_mask'].sum().item() for mb in mbs),
-                         'truncated': batch['truncated'].float().sum().item(),
-                         'n_correct': correct.sum().item(),
-                         'len_correct': lengths[correct].sum().item(),
-                         'len_wrong': lengths[~correct].sum().item(),
-                         **{f'reward/{k}': v.sum().item() for k, v in reward_parts.items()}})
+    correct, mask = batch['correct'] > 0, batch['completion_mask']
+    # (B,) each, logged as their means over the step's samples
+    per_sample = {'reward': batch['rewards'], 'completion_len': lengths,
+                  'truncated': batch['truncated'].float(), 'trained_frac': trained.float(),
+                  **{f'reward/{k}': v for k, v in reward_parts.items()}}
+    totals = reduce_sum({**sums, **{k: v.sum().item() for k, v in per_sample.items()},
+                         'seqs': len(lengths), 'n_correct': correct.sum().item(),
+                         'len_correct': lengths[correct].sum().item(), 'body_tokens': body_tokens,
+                         'head_tokens': sum(mb['completion_mask'].sum().item() for mb in mbs)})
     n_tokens = max(totals.pop('n_tokens', 0), 1e-9)
-    train_seconds = max(times['train_seconds'], 1e-9)
     seqs, n_correct = totals['seqs'], totals['n_correct']
-    # the padding of the micro-batches, and what it would be with every row at the batch's full
-    # width
-    full_width = B * (batch['prompt_ids'].shape[1] + mask.shape[1])
-    pad_frac_unpacked = 1 - (mask.sum().item() + batch['prompt_mask'].sum().item()) / full_width
-    if device.startswith('cuda'):  # this rank's peak memory (CPU: the resident set)
-        peak_memory = torch.cuda.max_memory_allocated()
-    else:
-        peak_memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    len_wrong = totals['completion_len'] - totals['len_correct']
+    # the padding of this rank's rows at the batch's full width, before micro_batches packs them
+    full_width = len(lengths) * (batch['prompt_ids'].shape[1] + mask.shape[1])
+    real_tokens = mask.sum().item() + batch['prompt_mask'].sum().item()
     record = {
         'step': step + 1,
-        'reward': totals['reward'] / seqs,
-        **{k: v / seqs for k, v in totals.items() if k.startswith('reward/')},
-        **times.pop('sample_record'),
-        'completion_len': totals['len'] / seqs,
+        **{k: totals[k] / seqs for k in per_sample},
+        **sample_record,
         'completion_len_correct': totals['len_correct'] / n_correct if n_correct else None,
-        'completion_len_wrong': totals['len_wrong'] / (seqs - n_correct) if n_correct < seqs else None,
-        'truncated': totals['truncated'] / seqs,
+        'completion_len_wrong': len_wrong / (seqs - n_correct) if n_correct < seqs else None,
         # over the trained rows' tokens, as the loss/ statistics
         'entropy': totals['entropy'] / n_tokens,
         'loss': update['loss'],
@@ -670,16 +678,14 @@ def step_record(step, batch, reward_parts, lengths, trained, sums, update, mbs, 
         # optimizer steps of the policy (of num_iterations)
         'updates_applied': update['updates_applied'],
         'reward_errors': reduce_sum(reward_errors),
-        **times,
-        # the rows that went through the update (skip_zero_adv)
-        'trained_frac': totals['trained'] / seqs,
+        **seconds,
         # real tokens through the body (a shared prompt once) and through the LM head, all passes
         'train_tokens': totals['body_tokens'] * num_iterations,
         'train_completion_tokens': totals['head_tokens'] * num_iterations,
-        'tokens_per_second': update['num_tokens'] * num_iterations / train_seconds,
-        'peak_memory_gib': peak_memory / 2**30,
+        'tokens_per_second': update['num_tokens'] * num_iterations / seconds['train_seconds'],
+        'peak_memory_gib': peak_memory() / 2**30,
         'pad_frac': pad_frac,
-        'pad_frac_unpacked': pad_frac_unpacked,
+        'pad_frac_unpacked': 1 - real_tokens / full_width,
         **{k: v / n_tokens for k, v in totals.items() if k.startswith('loss/')},
     }
     if 'rollout_mismatch' in totals:
@@ -723,14 +729,12 @@ def log_eval(step):
 
 # guards: what the log shows going wrong, said once in words with the knob that changes it
 guards_said, degenerate_steps, first_mismatch = set(), 0, None
-samples_scored = 0  # this process's, for the share of reward errors
 
 def guard_warnings(record):
     """The names and messages of the guards that this step's record trips (every number in it is
     already reduced over ranks, so every rank comes to the same verdict)."""
-    global degenerate_steps, first_mismatch, samples_scored
+    global degenerate_steps, first_mismatch
     degenerate_steps = degenerate_steps + 1 if record.get('degenerate_frac', 0) == 1 else 0
-    samples_scored += record.get('samples', 0)
     mismatch = record.get('rollout_mismatch', 0.0)  # (vLLM only)
     if 'rollout_mismatch' in record and first_mismatch is None:
         first_mismatch = max(mismatch, 0.01)  # the engine was loaded with these weights: in sync
@@ -742,7 +746,7 @@ def guard_warnings(record):
         ('degenerate', degenerate_steps >= warn_degenerate_steps > 0,
          f"every group's answers agreed for {degenerate_steps} steps: no gradient; the task is "
          f"too easy or too hard for the model (or try dynamic_sampling=True)"),
-        ('reward_errors', record.get('reward_errors', 0) > max(3, 0.01 * samples_scored),
+        ('reward_errors', record.get('reward_errors', 0) > max(3, 0.01 * reduce_sum(verified)),
          f"{record.get('reward_errors', 0):.0f} completions' verifier raised or timed out (each "
          f"scored 0): check reward_fn={reward_fn!r} and reward_timeout={reward_timeout}"),
         ('mismatch', ratio > warn_mismatch > 0,
@@ -756,9 +760,9 @@ def guard_warnings(record):
 
 def log_step(record):
     """Log the step's record with its guards, print its line and each guard's message the first
-    time it trips; a tripped sync guard requests a stop (checkpoint, then exit with the
-    message)."""
-    global stop_requested, abort_message
+    time it trips; a tripped sync guard requests a stop (checkpoint, then exit with the message).
+    max_bad_steps non-finite steps in a row abort the run."""
+    global stop_requested, abort_message, bad_steps
     for name, tripped, message in guard_warnings(record):
         if not tripped:
             continue
@@ -777,6 +781,17 @@ def log_step(record):
                    f"clip {record.get('loss/clip_frac', 0):.4f} gnorm {record['grad_norm']:.3f} "
                    f"| rollout {record['rollout_seconds']:.1f}s train {record['train_seconds']:.1f}s "
                    f"sync {record['sync_seconds']:.2f}s")
+    if 'skipped' in record:
+        return
+    bad_steps = bad_steps + 1 if record['nonfinite_skipped'] else 0
+    if bad_steps and master:
+        tqdm.write(f"step {record['step']}: non-finite loss or grad norm, optimizer step skipped "
+                   f"({bad_steps} in a row; {record['updates_applied']} of {num_iterations} "
+                   f"updates applied before it)")
+    if bad_steps >= max_bad_steps:
+        raise SystemExit(f"aborting: {bad_steps} steps in a row with a non-finite loss or grad "
+                         f"norm (max_bad_steps={max_bad_steps}); the last checkpoint holds the last "
+                         f"good weights")
 
 def summary():
     """What a user wants at the end: held-out numbers at the first and last eval of the run (from
@@ -839,7 +854,7 @@ def checkpoint_and_maybe_stop(steps_done):
     return stop
 
 # the RNG states go back last, after everything that may draw from them while loading
-start_step, bad_steps = 0, 0
+start_step, bad_steps = 0, 0  # bad_steps: non-finite steps in a row (log_step)
 if resume:
     start_step = state['step']
     random.setstate(state['rng'][rank]['python'])
@@ -856,11 +871,11 @@ if start_step == 0:
 for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_iters, desc='steps',
                  disable=not master):
     # --- sample: each rank samples its own share of the step's prompts, G completions each
-    t0 = time.time()
-    batch, sample_record = sample(step)
-    rollout_time = time.time() - t0
+    with timed('rollout'):
+        batch, sample_record = sample(step)
     if batch is None:  # some rank has no live group (dynamic sampling): every rank skips the update
-        log_step({'step': step + 1, **sample_record, 'rollout_seconds': rollout_time, 'skipped': 1})
+        log_step({'step': step + 1, **sample_record, 'rollout_seconds': seconds['rollout_seconds'],
+                  'skipped': 1})
         log_eval(step + 1)
         if checkpoint_and_maybe_stop(step + 1):
             break
@@ -889,47 +904,34 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
 
     # --- score: pi_old / pi_ref / V_old, one no-grad pass each when needed; the critic's advantages
     sleep(engine)  # GPU: the KV cache makes room for the update until the next rollout
-    t0 = time.time()
-    model.train()
-    trained_batch = {k: v[trained] for k, v in batch.items() if torch.is_tensor(v)}
-    mbs, body_tokens, pad_frac = micro_batches(trained_batch)
-    score(mbs)
-    # PPO / VAPO: per-token advantages from the critic (GAE), whitened (critic.py)
-    if critic is not None:
-        critic_advantages(mbs, loss_type, gae_lambda, lam_alpha, beta, reduce_sum)
-    score_time = time.time() - t0
+    with timed('score'):
+        model.train()
+        trained_batch = {k: v[trained] for k, v in batch.items() if torch.is_tensor(v)}
+        mbs, body_tokens, pad_frac = micro_batches(trained_batch)
+        score(mbs)
+        # PPO / VAPO: per-token advantages from the critic (GAE), whitened (critic.py)
+        if critic is not None:
+            critic_advantages(mbs, loss_type, gae_lambda, lam_alpha, beta, reduce_sum)
 
     # --- update: num_iterations passes of micro-batched loss / backward, grad clip, AdamW
-    t0 = time.time()
-    sums, update = policy_update(mbs, counts, step, lengths.median())
+    with timed('train'):
+        sums, update = policy_update(mbs, counts, step, lengths.median())
+        # the critic: num_iterations passes of PPO's clipped value loss, its own AdamW
+        if critic is not None:
+            sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args,
+                                      num_iterations, vf_clip, counts['tokens'], grad_clip,
+                                      world_size, ddp))
     update['num_tokens'] = counts['tokens']
-    # the critic: num_iterations passes of PPO's clipped value loss, its own AdamW
-    if critic is not None:
-        sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args, num_iterations,
-                                  vf_clip, counts['tokens'], grad_clip, world_size, ddp))
-    train_time = time.time() - t0
-    bad_steps = bad_steps + 1 if update['nonfinite'] else 0
-    if update['nonfinite'] and master:
-        tqdm.write(f"step {step + 1}: non-finite loss or grad norm, optimizer step skipped "
-                   f"({bad_steps} in a row; {update['updates_applied']} of {num_iterations} "
-                   f"updates applied before it)")
 
     # --- sync the new weights into the sampler
-    t0 = time.time()
-    wake(engine)
-    sync_weights(engine, model)
-    sync_time = time.time() - t0
+    with timed('sync'):
+        wake(engine)
+        sync_weights(engine, model)
 
-    # --- log: sums over ranks, then means
-    times = {'sample_record': sample_record, 'rollout_seconds': rollout_time,
-             'score_seconds': score_time, 'train_seconds': train_time, 'sync_seconds': sync_time}
+    # --- log: sums over ranks, then means; the guards; a run of non-finite steps aborts
     record = step_record(step, batch, reward_parts, lengths, trained, sums, update, mbs,
-                         body_tokens, pad_frac, times)
+                         body_tokens, pad_frac, sample_record)
     log_step(record)
-    if bad_steps >= max_bad_steps:
-        raise SystemExit(f"aborting: {bad_steps} steps in a row with a non-finite loss or grad "
-                         f"norm (max_bad_steps={max_bad_steps}); the last checkpoint holds the last "
-                         f"good weights")
 
     # --- eval: held-out avg@k, pass@k, maj@k every eval_interval steps and at the end
     log_eval(step + 1)

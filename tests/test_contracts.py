@@ -296,8 +296,9 @@ def test_critic_advantages_are_whitened_over_every_ranks_tokens(loss_type):
 
 def train_logged_keys():
     """The keys of the records train.py writes, read from its source:
-      - string keys of the dicts assigned to `record` / `times` (spread into the step's record) or passed to
-        log({...}), of record['key'] = ..., and of record.update(key=...)
+      - string keys of the dicts assigned to `record` / `per_sample` (whose means the record holds) or
+        passed to log({...}), of record['key'] = ..., and of record.update(key=...)
+      - '<stage>_seconds' of every `with timed('<stage>')` (spread into the record as **seconds)
       - 'loss/' + every stat policy_loss returns (all variants, every switch on), if policy_update logs
         f'loss/{k}' and step_record keeps the 'loss/' sums
       - critic.critic_record's keys, if step_record calls it
@@ -320,7 +321,7 @@ def train_logged_keys():
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
             for t in node.targets:
-                if isinstance(t, ast.Name) and t.id in ("record", "times") and isinstance(node.value, ast.Dict):
+                if isinstance(t, ast.Name) and t.id in ("record", "per_sample") and isinstance(node.value, ast.Dict):
                     keys |= str_keys(node.value)
                 if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == "record"
                         and isinstance(t.slice, ast.Constant)):
@@ -332,7 +333,7 @@ def train_logged_keys():
             if (isinstance(f, ast.Attribute) and f.attr == "update" and isinstance(f.value, ast.Name)
                     and f.value.id == "record"):
                 keys |= {kw.arg for kw in node.keywords if kw.arg}
-    keys.discard("sample_record")                       # popped and spread, not logged itself
+    keys |= {f"{c.args[0].value}_seconds" for c in calls(tree, "timed")}
 
     if "loss/" in fstring_prefixes(funcs["policy_update"]) and any(
             isinstance(c, ast.Constant) and c.value == "loss/" for c in ast.walk(funcs["step_record"])):
