@@ -3,7 +3,8 @@ Where an RL step's time goes, and how close each part runs to the hardware. Prin
 number in it is measured by this run, on this machine (CUDA is detected and used the same way).
 
     python bench.py                  # everything (~15 min on 2 CPU cores)
-    python bench.py --only=score     # one section: peak | rollout | score | step | profile | floor
+    python bench.py --only=score     # one section: peak | rollout | score | step | profile | share
+                                     #   | floor
 
 Sections
   peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
@@ -20,6 +21,9 @@ Sections
            scoring and update stages), each op's self time by category (body matmuls, attention,
            the FP32 head, loss, statistics, optimizer, other ops, Python between ops), and the
            largest ops. The profiler adds a little to each op.
+  share    the shared-prompt path of model.completion_hidden (4 prompts x 8 answers, each prompt
+           through the body once) against the dense one (32 prompts), forward + backward, and the
+           body's tokens per second once the head's time (measured alone) is taken out.
   floor    the ratio's floor (issue #15): one AdamW step at a tiny learning rate with
            num_iterations=2, then the second pass's mean |log pi - log pi_old| and clip fraction
            (eps 0.2), on 2 prompts x 4 answers (<= 16 tokens) sampled once from models/smollm2/hf;
@@ -226,6 +230,37 @@ def child_train(*args):
     runpy.run_path('train.py', run_name='__main__')
 
 
+def child_share():
+    """One forward + backward of model.completion_logprobs on 32 rows x (40 prompt + 40 completion)
+    tokens, in the body dtype train.py's dtype='auto' picks here: 4 prompts x 8 answers (each prompt
+    through the body once, a KV cache for its answers) versus 32 distinct prompts (the dense path),
+    and the head alone on the same 1,280 completion tokens. Random token ids; the fastest of three
+    repeats after a warm-up."""
+    from model import HeadLogprobs, completion_logprobs, load_model, native_bf16
+    model = load_model(MODEL)[0].to(device).train()
+    autocast_dtype = torch.bfloat16 if native_bf16(device) else None
+    rows, P, C, V = 32, 40, 40, model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    out = {'dtype': str(autocast_dtype or torch.float32).split('.')[1]}
+    for name, prompts in (('shared', 4), ('dense', rows)):
+        ids = torch.randint(100, V, (prompts, P), generator=g).repeat_interleave(rows // prompts, 0)
+        args = [t.to(device) for t in (ids, torch.ones(rows, P, dtype=torch.long),
+                                       torch.randint(100, V, (rows, C), generator=g),
+                                       torch.ones(rows, C))]
+        def step():
+            model.zero_grad(set_to_none=True)
+            completion_logprobs(model, *args, 1.0, autocast_dtype)[0].sum().backward()
+        step()
+        out[name] = {'seconds': min(measure(step)[0] for _ in range(3)),
+                     'body_tokens': prompts * P + rows * C}
+    hidden = torch.randn(rows * C, model.config.hidden_size, device=device).requires_grad_()
+    weight = model.get_output_embeddings().weight.detach().float().requires_grad_()
+    targets = torch.randint(V, (rows * C,), device=device)
+    out['head_seconds'] = min(measure(lambda: HeadLogprobs.apply(
+        hidden, weight, targets, 1.0, 2 ** 24 // V, True)[0].sum().backward())[0] for _ in range(3))
+    return out
+
+
 # the update's time by category: torch.profiler over step 2's score and update stages (train.py's
 # timed() ranges), every op's self time put in the first category that claims it
 MATMULS = ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::matmul', 'aten::linear', 'aten::baddbmm')
@@ -337,7 +372,8 @@ if __name__ == '__main__':
     if argv and argv[0].startswith('--child='):
         name, args = argv[0].split('=', 1)[1], argv[1:]
         result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout,
-                  'train': child_train, 'floor': child_floor, 'profile': child_profile}[name](
+                  'train': child_train, 'floor': child_floor, 'profile': child_profile,
+                  'share': child_share}[name](
             *[int(a) if a.isdigit() else a for a in args])
         if result is not None:
             print(json.dumps(result))
@@ -414,6 +450,12 @@ if __name__ == '__main__':
                          f"before / after; per sampled token: {per_token:.2f}x "
                          f"(mean answer {before['completion_len']:.1f} / "
                          f"{after['completion_len']:.1f} tokens)"))
+    if want('share') and (r := run_child('share')):
+        for name in ('shared', 'dense'):
+            body = r[name]['seconds'] - r['head_seconds']
+            rows.append((f"prompt {name} ({r['dtype']} body)", f"{r[name]['seconds']:.2f} s",
+                         f"{r[name]['body_tokens']} body tokens; without the head's "
+                         f"{r['head_seconds']:.2f} s: {r[name]['body_tokens'] / body:.0f} tok/s"))
     if want('profile') and (r := run_child('profile')):
         for stage, label in (('train', 'update'), ('score', 'no-grad scoring')):
             total = sum(r.get(stage, {}).values())
