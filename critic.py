@@ -14,6 +14,7 @@ import math
 import torch
 
 from losses import aggregate, masked_mean
+from model import clip_grad_norm
 
 # -----------------------------------------------------------------------------
 # advantages with a critic: GAE over the completion tokens
@@ -117,8 +118,8 @@ def critic_update(scorer, optimizer, mbs, args_of, num_iterations, vf_clip, num_
                 (vloss * world_size).backward()
             if it == 0:
                 add_value_sums(sums, mb, vstats)
-        params = [p for group in optimizer.param_groups for p in group['params']]
-        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float('inf')).item()
+        norm = clip_grad_norm([p for group in optimizer.param_groups for p in group['params']],
+                              grad_clip)
         if math.isfinite(norm):
             optimizer.step()
     return sums

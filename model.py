@@ -226,6 +226,13 @@ class HeadLogprobs(torch.autograd.Function):
         return grad_hidden, grad_weight if ctx.needs_input_grad[1] else None, None, None, None, None
 
 
+def clip_grad_norm(params, max_norm):
+    """torch's clip_grad_norm_ (max_norm 0: no clipping), the norm as a float. FSDP's sharded
+    gradients give a DTensor norm: made whole first."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    return (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()
+
+
 class Scorer(torch.nn.Module):
     """completion_logprobs (or completion_values) as a module's forward. DistributedDataParallel
     syncs gradients through hooks it sets up in forward, so under torchrun the trainer wraps this,
@@ -265,8 +272,8 @@ def completion_values(critic, prompt_ids, prompt_mask, completion_ids, completio
     return values * completion_mask
 
 
-def save_critic(path, critic):
-    critic.save_pretrained(path)
+def save_critic(path, critic, state_dict=None):
+    critic.save_pretrained(path, state_dict=state_dict)
     # a saved head is kept on load
     json.dump({"trained": True}, open(os.path.join(path, "critic.json"), "w"))
 
@@ -274,18 +281,20 @@ def save_critic(path, critic):
 # -----------------------------------------------------------------------------
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
 
-def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None):
+def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None, state_dict=None,
+                    critic_state_dict=None):
     """Write to ckpt_dir + '.tmp', then swap it in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop
-    ckpt.old. A checkpoint is complete once it has meta.json, written last and atomically. A crash
+    ckpt.old. state_dict / critic_state_dict: the weights to write (FSDP's, gathered whole), if
+    not the model's own. A checkpoint is complete once it has meta.json, written last and atomically. A crash
     at any point leaves a complete checkpoint in ckpt, or (between the two renames) none there but
     the new one in ckpt.tmp and the previous one in ckpt.old: read_checkpoint_meta then finishes
     the swap."""
     tmp, old = ckpt_dir + ".tmp", ckpt_dir + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     if critic is not None:
-        save_critic(os.path.join(tmp, "critic"), critic)
+        save_critic(os.path.join(tmp, "critic"), critic, critic_state_dict)
     torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
     meta = {k: trainer_state[k] for k in ("step", "model_source", "config", "world") if k in trainer_state}
     with open(os.path.join(tmp, "meta.json.part"), "w") as f:

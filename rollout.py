@@ -106,10 +106,13 @@ def wake(engine):
 
 def sync_weights(engine, model):
     """Load the trainer's current weights into vLLM (in the dtype it serves), then drop cached
-    prefixes: their KV entries were computed with the old weights."""
+    prefixes: their KV entries were computed with the old weights. The weights are streamed one
+    tensor at a time (a generator), so the extra memory is one tensor, not a second model; FSDP's
+    shards are gathered whole (full_tensor) as they go, every rank in the same order."""
     if engine["kind"] != "vllm":
         return
-    weights = [(name, p.detach().to(engine["dtype"])) for name, p in model.state_dict().items()]
+    whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t
+    weights = ((name, whole(p.detach()).to(engine["dtype"])) for name, p in model.state_dict().items())
     engine["llm"].collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     engine["llm"].reset_prefix_cache()
 

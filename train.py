@@ -36,7 +36,7 @@ from tqdm import tqdm
 from critic import critic_advantages, critic_record, critic_update, vapo_nll
 from losses import (KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, VARIANTS, group_advantages, policy_loss,
                     token_weight_sums)
-from model import (Scorer, completion_logprobs, completion_values, load_critic, load_model,
+from model import (Scorer, clip_grad_norm, completion_values, load_critic, load_model,
                    load_trainer_state, native_bf16, read_checkpoint_meta, round_ties,
                    save_checkpoint)
 from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,
@@ -104,6 +104,10 @@ gae_lambda = 0.95             # ppo: GAE lambda of the policy's advantages and t
 value_warmup_steps: int = None  # critic-only steps first; None: the variant's (vapo: 50)
 lam_alpha = 0.05              # vapo: lambda_policy = 1 - 1/(alpha |y|) (VAPO sec. 3.2)
 lm_coef = 0.1                 # vapo: weight mu of the NLL loss on correct answers (VAPO sec. 3.4)
+# under torchrun: 'ddp' (every rank holds the whole model, its gradients and AdamW state: 16 bytes
+# a parameter) or 'fsdp' (PyTorch FSDP2: each rank holds 1/world_size of them, gathered a layer at
+# a time; for a model that outgrows one GPU)
+parallel = 'ddp'
 # optimization
 learning_rate = 2e-5
 weight_decay = 0.0
@@ -160,7 +164,8 @@ def config_error(msg):
 for key, valid in [('loss_type', LOSS_TYPES), ('reward_fn', tuple(REWARDS)),
                    ('adv_scale', ('group', 'batch', 'none')), ('rollout_engine', ('vllm', 'hf')),
                    ('dtype', ('auto', 'float32', 'bfloat16', 'float16')), ('tis_mode', TIS_MODES),
-                   ('kl_estimator', KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout'))]:
+                   ('kl_estimator', KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout')),
+                   ('parallel', ('ddp', 'fsdp'))]:
     if globals()[key] not in valid:
         config_error(f"{key}={globals()[key]!r}; valid: {', '.join(valid)}")
 # every number's valid range, keys grouped by it (a None default may stay None). The comparisons
@@ -210,6 +215,9 @@ if init_from != 'resume' and not os.path.isdir(init_from):
 if tis_mode != 'none' and rollout_engine != 'vllm':
     config_error(f"tis_mode={tis_mode!r} corrects for the sampler's log-probs: it needs "
                  f"rollout_engine='vllm' (the 'hf' engine samples with the trainer's own model)")
+if parallel == 'fsdp' and rollout_engine != 'vllm':
+    config_error("parallel='fsdp' needs rollout_engine='vllm': HF generate runs the model's own "
+                 "forward, which does not gather the sharded weights")
 if old_logp_source == 'rollout' and (rollout_engine != 'vllm' or tis_mode != 'none'):
     config_error("old_logp_source='rollout' needs rollout_engine='vllm' (its log-probs) and "
                  "tis_mode='none' (the sampler is pi_old then: no mismatch is left to correct)")
@@ -299,6 +307,9 @@ position_keys = ('data_dir', 'seed', 'prompts_per_step', 'group_size', 'world_si
 if resume and (changed := [k for k in position_keys if saved.get(k, 1) != globals()[k]]):
     config_error(f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
                  f"(the data position would not mean the same)")
+if resume and saved.get('fsdp', False) != (ddp and parallel == 'fsdp'):
+    config_error(f"cannot resume {ckpt_dir} with a different parallel (sharded: "
+                 f"{saved.get('fsdp', False)}): the optimizer state was saved in the other layout")
 model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
 model_path = ckpt_dir if resume else init_from
 # bf16 / fp16 body: fp32 weights on that dtype's rounding ties are rounded once (model.round_ties)
@@ -306,39 +317,81 @@ model, tokenizer = load_model(model_path, autocast_dtype)
 model.to(device).train()
 if gradient_checkpointing:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
+fsdp = ddp and parallel == 'fsdp'
+
+def wrap(module):
+    """A Scorer made ready for torchrun (plain python: as is). DDP averages the gradients over ranks
+    in the last micro-batch's backward. FSDP2: fully_shard on each decoder layer, then on the whole
+    (the root: embeddings, final norm and head, gathered for the whole forward; tied weights stay
+    tied); a layer's weights are gathered for its forward and backward, its gradients reduce-scattered
+    to their shards. Weights stay fp32 (autocast casts the body as without sharding); the optimizer
+    is built after, on this rank's shards."""
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+        for layer in module.model.base_model.layers:
+            fully_shard(layer)
+        return fully_shard(module)
+    if ddp and any(p.requires_grad for p in module.parameters()):
+        return DDP(module, device_ids=[local_rank] if device.startswith('cuda') else None)
+    return module
+
+def unwrapped(scorer):
+    """For the no-grad passes: DDP's hooks off (FSDP's stay: they gather the shards)."""
+    return scorer.module if isinstance(scorer, DDP) else scorer
+
+def optimizer_state(net, opt):
+    """opt's state dict to save. FSDP: gathered whole into rank 0's CPU memory, keyed by names."""
+    if not fsdp:
+        return opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    return get_optimizer_state_dict(net, opt, options=StateDictOptions(full_state_dict=True,
+                                                                       cpu_offload=True))
+
+def load_optimizer_state(net, opt, saved):
+    if not fsdp:
+        return opt.load_state_dict(saved)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    set_optimizer_state_dict(net, opt, saved, options=StateDictOptions(full_state_dict=True))
+
+def full_state(net):
+    """FSDP: net's whole state dict on rank 0 (CPU), for its HF folder, a tied weight once (as
+    save_pretrained writes it); None without sharding."""
+    if not fsdp:
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True,
+                                                               cpu_offload=True))
+    first = {}  # parameter -> its first name; a later name is a tied copy (lm_head = embed_tokens)
+    tied = [name for name, p in net.named_parameters(remove_duplicate=False)
+            if first.setdefault(p, name) != name]
+    return {k: v for k, v in state.items() if k not in tied}
+
+# the trainer's forward for the loss (Scorer: DDP's hooks on completion_logprobs, not the HF
+# forward)
+scorer = wrap(Scorer(model))
 # fused: one kernel over all parameters (CPU and GPU): 0.04 s, not 0.3 s, here
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2),
                               weight_decay=weight_decay, fused=True)
 state = load_trainer_state(ckpt_dir) if resume else None
 if resume:
-    optimizer.load_state_dict(state['optimizer'])
-ref_model = None
+    load_optimizer_state(model, optimizer, state['optimizer'])
+ref_scorer = None
 if beta > 0:  # the frozen initial model, for the KL penalty
     ref_model = load_model(model_source, autocast_dtype)[0].to(device).eval().requires_grad_(False)
-
-def wrap(module):
-    """DDP averages the gradients over ranks in the last micro-batch's backward (plain python: as
-    is)."""
-    if not ddp:
-        return module
-    return DDP(module, device_ids=[local_rank] if device.startswith('cuda') else None)
-
-# the trainer's forward for the loss (Scorer: DDP's hooks on completion_logprobs, not the HF
-# forward)
-scorer = wrap(Scorer(model))
-critic = None
+    ref_scorer = wrap(Scorer(ref_model))
+critic = critic_scorer = None
 # PPO / VAPO: the value model (the base network, a scalar head), its own AdamW
 if variant['critic']:
     critic = load_critic(os.path.join(ckpt_dir, 'critic') if resume else model_source)
     critic.to(device).train()
     round_ties(critic, autocast_dtype, name='critic')  # the same bf16 trap as the policy's
-    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=critic_lr, betas=(beta1, beta2),
-                                         weight_decay=weight_decay, fused=True)
-    if resume:
-        critic_optimizer.load_state_dict(state['critic_optimizer'])
     if gradient_checkpointing:
         critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
     critic_scorer = wrap(Scorer(critic, completion_values))
+    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=critic_lr, betas=(beta1, beta2),
+                                         weight_decay=weight_decay, fused=True)
+    if resume:
+        load_optimizer_state(critic, critic_optimizer, state['critic_optimizer'])
 if value_warmup_steps is None:
     value_warmup_steps = variant['value_warmup']
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vllm_fp32_head,
@@ -561,11 +614,10 @@ def score(mbs):
     the critic's V_old (ppo / vapo)."""
     need_old = num_iterations > 1 or (critic is not None and beta > 0)
     need_old = need_old and 'old_logp' not in mbs[0]
-    for key, net, fn in [('old_logp', model if need_old else None, completion_logprobs),
-                         ('ref_logp', ref_model, completion_logprobs),
-                         ('old_values', critic, completion_values)]:
+    for key, net in [('old_logp', scorer if need_old else None), ('ref_logp', ref_scorer),
+                     ('old_values', critic_scorer)]:
         for mb in mbs if net is not None else []:
-            out = fn(net, *score_args(mb))
+            out = unwrapped(net)(*score_args(mb))
             mb[key] = out if key == 'old_values' else out[0]
 
 loss_hp = dict(eps_low=eps_low, eps_high=eps_high, max_new_tokens=max_new_tokens, tau_pos=tau_pos,
@@ -611,7 +663,8 @@ def policy_update(mbs, counts, step, median_len):
         pass_loss = 0.0  # this pass's loss: the sum of its micro-batch losses (over ranks, below)
         for i, mb in enumerate(mbs):
             # DDP: all-reduce the gradients only in the last micro-batch's backward
-            with scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
+            with scorer.no_sync() if isinstance(scorer, DDP) and i < len(mbs) - 1 else \
+                    contextlib.nullcontext():
                 loss, logp, entropy, stats = micro_batch_loss(mb, counts)
                 logp.retain_grad()
                 # DDP averages over ranks; our shares are meant to be summed
@@ -623,8 +676,7 @@ def policy_update(mbs, counts, step, median_len):
             if it == 0:
                 accumulate(sums, batch_stats(mb, logp, entropy, n, median_len))
         pass_loss = reduce_sum(pass_loss)
-        max_norm = grad_clip if grad_clip > 0 else float('inf')
-        out['grad_norm'] = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+        out['grad_norm'] = clip_grad_norm(model.parameters(), grad_clip)
         warmup = min(1.0, (step + 1) / warmup_iters) if warmup_iters else 1.0  # linear warm-up
         out['lr'] = learning_rate * warmup
         for group in optimizer.param_groups:
@@ -839,13 +891,18 @@ def checkpoint_and_maybe_stop(steps_done):
             dist.all_gather_object(rngs, rng_state())
         else:
             rngs = [rng_state()]
+        # FSDP: the weights and the optimizer state gathered whole to rank 0 (every rank takes part)
+        states = {'optimizer': optimizer_state(model, optimizer), 'model': full_state(model)}
+        if critic is not None:
+            states.update(critic_optimizer=optimizer_state(critic, critic_optimizer),
+                          critic=full_state(critic))
         if master:
             save_checkpoint(ckpt_dir, model, tokenizer, {
                 'step': steps_done, 'model_source': model_source, 'config': config,
-                'world': {'world_size': world_size}, 'data_cursor': data_cursor,
-                'optimizer': optimizer.state_dict(), 'rng': rngs,
-                'critic_optimizer': critic_optimizer.state_dict() if critic else None},
-                critic=critic)
+                'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor,
+                'optimizer': states['optimizer'], 'rng': rngs,
+                'critic_optimizer': states.get('critic_optimizer')},
+                critic=critic, state_dict=states['model'], critic_state_dict=states.get('critic'))
         if ddp:
             dist.barrier()
     if stop and master:
@@ -920,7 +977,7 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
         if critic is not None:
             sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args,
                                       num_iterations, vf_clip, counts['tokens'], grad_clip,
-                                      world_size, ddp))
+                                      world_size, isinstance(critic_scorer, DDP)))
     update['num_tokens'] = counts['tokens']
 
     # --- sync the new weights into the sampler

@@ -6,13 +6,19 @@ rewards), and for ppo / vapo the critic's GAE and whitening over all ranks' toke
 (critic.critic_update); global token / sequence counts are all-reduced once, micro-batches run
 under no_sync, and each loss is multiplied by world_size for DDP's averaging.
 
-    torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH"""
+With PARALLEL='fsdp' the split step runs under FSDP2 instead of DDP, sharded as train.py's wrap
+shards (fully_shard on each decoder layer, then on the Scorer), with no no_sync: every micro-batch's
+gradients are reduce-scattered into the shards.
+
+    torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH [PARALLEL]"""
 import contextlib
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification
 
@@ -22,6 +28,7 @@ from losses import CRITIC_LOSS_TYPES, group_advantages, policy_loss  # noqa: E40
 from model import Scorer, completion_values  # noqa: E402
 
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -51,6 +58,21 @@ def args_of(mb):
             None)
 
 
+def wrap(scorer, ddp):
+    if not ddp:
+        return scorer
+    if parallel == 'fsdp':
+        for layer in scorer.model.base_model.layers:
+            fully_shard(layer)
+        return fully_shard(scorer)
+    return DDP(scorer)
+
+
+def flat(params):  # FSDP's shards gathered whole
+    return torch.cat([(p.full_tensor() if isinstance(p, DTensor) else p).detach().flatten()
+                      for p in params])
+
+
 def one_step(rows, ddp, micro=2):
     def reduce_sum(x):  # train.py's: a dict of numbers summed over ranks
         if not ddp:
@@ -60,7 +82,7 @@ def one_step(rows, ddp, micro=2):
         return dict(zip(sorted(x), t.tolist()))
 
     model = tiny(LlamaForCausalLM, 0)
-    scorer = DDP(Scorer(model)) if ddp else Scorer(model)
+    scorer = wrap(Scorer(model), ddp)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # the update is the gradient itself
     mine = {k: v[rows] for k, v in batch.items()}
     mine['advantages'] = group_advantages(mine['rewards'], G, scale=adv_scale,
@@ -72,16 +94,17 @@ def one_step(rows, ddp, micro=2):
     critic = None
     if loss_type in CRITIC_LOSS_TYPES:
         critic = tiny(LlamaForTokenClassification, 1)
-        critic_scorer = (DDP(Scorer(critic, completion_values)) if ddp
-                         else Scorer(critic, completion_values))
+        critic_scorer = wrap(Scorer(critic, completion_values), ddp)
         critic_optimizer = torch.optim.SGD(critic.parameters(), lr=1.0)
+        no_hooks = critic_scorer.module if isinstance(critic_scorer, DDP) else critic_scorer
         with torch.no_grad():
             for mb in mbs:
-                mb['old_values'] = completion_values(critic, *args_of(mb))
+                mb['old_values'] = no_hooks(*args_of(mb))
         # alpha 0.5: lambda > 0 here
         critic_advantages(mbs, loss_type, 0.95, 0.5, reduce_sum=reduce_sum)
     for i, mb in enumerate(mbs):
-        with scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
+        last = i == len(mbs) - 1
+        with scorer.no_sync() if isinstance(scorer, DDP) and not last else contextlib.nullcontext():
             logp, _ = scorer(*args_of(mb))
             loss, _ = policy_loss(loss_type, logp, logp.detach(), mb['advantages'],
                                   mb['completion_mask'], num_tokens=counts['tokens'],
@@ -90,11 +113,11 @@ def one_step(rows, ddp, micro=2):
                 loss = loss + 0.1 * vapo_nll(logp, mb, counts['positive'])
             (loss * (world if ddp else 1)).backward()
     optimizer.step()
-    params = [torch.cat([p.detach().flatten() for p in model.parameters()])]
+    params = [flat(model.parameters())]
     if critic is not None:
         critic_update(critic_scorer, critic_optimizer, mbs, args_of, 1, 0.5, counts['tokens'], 0.0,
-                      world if ddp else 1, ddp)
-        params.append(torch.cat([p.detach().flatten() for p in critic.parameters()]))
+                      world if ddp else 1, isinstance(critic_scorer, DDP))
+        params.append(flat(critic.parameters()))
     return torch.cat(params)
 
 

@@ -34,6 +34,8 @@ def run_train(*args, env=None):
     (["--value_warmup_steps=2.5"], "value_warmup_steps=2.5 is float, expected int"),
     (["--tis_mode=token_truncate", "--rollout_engine=hf"],
      "tis_mode='token_truncate' corrects for the sampler's"),
+    (["--parallel=zero3"], "parallel='zero3'; valid: ddp, fsdp"),
+    (["--parallel=fsdp", "--rollout_engine=hf"], "parallel='fsdp' needs rollout_engine='vllm'"),
 ])
 def test_bad_config_is_one_clear_line(args, expected):
     result = run_train(*args)

@@ -25,14 +25,16 @@ def records(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
 
-@pytest.mark.parametrize("loss_type, adv_scale", [("dapo", "group"), ("grpo", "batch"),
-                                                  ("dr_grpo", "none"), ("ppo", "group"),
-                                                  ("vapo", "group")])
-def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale):
+@pytest.mark.parametrize("loss_type, adv_scale, parallel", [
+    ("dapo", "group", "ddp"), ("grpo", "batch", "ddp"), ("dr_grpo", "none", "ddp"),
+    ("ppo", "group", "ddp"), ("vapo", "group", "ddp"),
+    ("grpo", "group", "fsdp"), ("dapo", "batch", "fsdp"), ("ppo", "group", "fsdp")])
+def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale, parallel):
     """ppo / vapo: the critic's advantages (whitened over both ranks' tokens) and its update
-    included; grpo with adv_scale='batch': the std is over both ranks' rewards."""
+    included; adv_scale='batch': the std is over both ranks' rewards. fsdp: the policy (and the
+    critic) sharded by FSDP2 over the two ranks, tied embeddings included."""
     out = str(tmp_path / "update.pt")
-    torchrun("tests/ddp_update.py", loss_type, adv_scale, out, timeout=300)
+    torchrun("tests/ddp_update.py", loss_type, adv_scale, out, parallel, timeout=300)
     result = torch.load(out)
     moved = (result["whole"] - result["start"]).abs().max()
     # the step did something
@@ -98,7 +100,7 @@ def test_torchrun_vllm_two_steps_checkpoint_and_resume(tmp_path):
             "--eval_problems=4", "--eval_samples=2"]
     torchrun(*tiny, "--max_iters=2")
     meta = json.load(open(os.path.join(out_dir, "ckpt", "meta.json")))
-    assert meta["step"] == 2 and meta["world"] == {"world_size": 2}
+    assert meta["step"] == 2 and meta["world"] == {"world_size": 2, "fsdp": False}
     result = torchrun(*tiny, "--max_iters=3", "--init_from=resume")
     assert "resumed from" in result.stdout
     log = records(out_dir)
@@ -112,3 +114,29 @@ def test_torchrun_vllm_two_steps_checkpoint_and_resume(tmp_path):
         assert 0 <= r["rollout_mismatch"] < 0.5 and 0.3 < r["entropy"] < 6
         # a gradient exactly when some group's answers disagree
         assert (r["grad_norm"] > 0) == (r["degenerate_frac"] < 1), r
+
+
+def test_torchrun_fsdp_vllm_steps_checkpoint_and_resume(tmp_path):
+    """parallel='fsdp' with one vLLM engine per rank: the policy sharded over the two ranks, its
+    weights gathered whole into each engine at every sync, into an HF folder at the checkpoint, and
+    back into shards at the resume. entropy_coef gives every step a gradient, so an engine that did
+    not get the new weights would drift from the trainer (rollout_mismatch; the no-op sync of
+    test_train's guard test makes it grow past 3x its first step's here)."""
+    out_dir = str(tmp_path / "run")
+    tiny = ["train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", "--prompts_per_step=2",
+            "--group_size=4", "--max_new_tokens=8", "--micro_batch_size=4", "--eval_interval=0",
+            "--parallel=fsdp", "--entropy_coef=0.01", "--learning_rate=1e-4"]
+    torchrun(*tiny, "--max_iters=2")
+    ckpt = os.path.join(out_dir, "ckpt")
+    assert json.load(open(os.path.join(ckpt, "meta.json")))["step"] == 2
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(ckpt)  # a plain HF folder, the head still tied
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    result = torchrun(*tiny, "--max_iters=3", "--init_from=resume")
+    assert "resumed from" in result.stdout
+    steps = records(out_dir)
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    first = max(steps[0]["rollout_mismatch"], 1e-3)
+    for r in steps:
+        assert r["grad_norm"] > 0 and r["updates_applied"] == 1, r
+        assert r["rollout_mismatch"] < 3 * first, (r["step"], r["rollout_mismatch"], first)

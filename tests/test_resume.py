@@ -107,7 +107,7 @@ def test_resume_after_a_crash_between_the_checkpoint_renames(tmp_path):
 
 
 def write_meta(out_dir, **meta):
-    os.makedirs(os.path.join(out_dir, "ckpt"))
+    os.makedirs(os.path.join(out_dir, "ckpt"), exist_ok=True)
     json.dump(meta, open(os.path.join(out_dir, "ckpt", "meta.json"), "w"))
 
 
@@ -122,6 +122,11 @@ def test_a_checkpoint_that_does_not_fit_is_an_error_before_any_work(tmp_path):
         "not 'models/smollm2/hf': choose another out_dir, or --init_from=resume")
     result = run(f"--out_dir={other}", "--init_from=resume", "--seed=1", expect=2)
     assert "cannot resume" in result.stderr and "different seed" in result.stderr
+    write_meta(other, step=5, model_source="models/smollm2/hf", config={
+        "data_dir": "data/arithmetic", "seed": 0, "prompts_per_step": 2, "group_size": 4},
+        world={"world_size": 1, "fsdp": True})  # written by a sharded run
+    result = run(f"--out_dir={other}", "--init_from=resume", expect=2)
+    assert "cannot resume" in result.stderr and "different parallel" in result.stderr
     result = run(f"--out_dir={tmp_path / 'empty'}", "--init_from=resume", expect=2)
     assert "holds no checkpoint" in result.stderr
 
