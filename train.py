@@ -855,7 +855,10 @@ def summary():
         print(f"{key}: {evals[0].get(key, float('nan')):.3f} at step {evals[0]['step']} -> "
               f"{evals[-1].get(key, float('nan')):.3f} at step {evals[-1]['step']}")
     args = [a for a in sys.argv[1:] if not a.startswith(('--init_from=', '--max_iters='))]
-    launcher = f"torchrun --nproc_per_node={world_size}" if ddp else "python"
+    per_node = int(os.environ.get('LOCAL_WORLD_SIZE', world_size))
+    launcher = f"torchrun --nproc_per_node={per_node}" if ddp else "python"
+    if world_size > per_node:  # several nodes: each launches its share, with its rendezvous flags
+        launcher += f" --nnodes={world_size // per_node} --node_rank=... --rdzv_endpoint=..."
     saved_step = (read_checkpoint_meta(ckpt_dir) or {}).get('step')
     if saved_step is not None:  # a stopped run continues to max_iters, a finished one beyond it
         more = max_iters if saved_step < max_iters else 2 * max_iters

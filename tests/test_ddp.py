@@ -3,6 +3,7 @@ lockstep, and the headline command runs with one vLLM engine per rank, checkpoin
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 
@@ -116,17 +117,38 @@ def test_torchrun_vllm_two_steps_checkpoint_and_resume(tmp_path):
         assert (r["grad_norm"] > 0) == (r["degenerate_frac"] < 1), r
 
 
-def test_torchrun_fsdp_vllm_steps_checkpoint_and_resume(tmp_path):
-    """parallel='fsdp' with one vLLM engine per rank: the policy sharded over the two ranks, its
-    weights gathered whole into each engine at every sync, into an HF folder at the checkpoint, and
-    back into shards at the resume. entropy_coef gives every step a gradient, so an engine that did
-    not get the new weights would drift from the trainer (rollout_mismatch; the no-op sync of
-    test_train's guard test makes it grow past 3x its first step's here)."""
+def two_nodes(tmp_path, *args, timeout=900):
+    """torchrun on two "nodes" of one rank each: two launchers on this machine, as two machines
+    would run them (--nnodes=2, each its --node_rank, one rendezvous address). Their output goes to
+    files (a full pipe of one would stall both at the next collective). Returns node 0's stdout."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+            "--master_addr=127.0.0.1", f"--master_port={port}"]
+    logs = [(tmp_path / f"node{rank}.out", tmp_path / f"node{rank}.err") for rank in (0, 1)]
+    procs = [subprocess.Popen([*node, f"--node_rank={rank}", *args], cwd=ROOT,
+                              stdout=open(out, "w"), stderr=open(err, "w"))
+             for rank, (out, err) in enumerate(logs)]
+    for p, (out, err) in zip(procs, logs):
+        p.wait(timeout=timeout)
+        assert p.returncode == 0, (out.read_text()[-2000:], err.read_text()[-4000:])
+    return logs[0][0].read_text()
+
+
+def test_torchrun_fsdp_vllm_two_nodes_checkpoint_and_resume(tmp_path):
+    """parallel='fsdp' with one vLLM engine per rank, first on two "nodes" of one rank each (the
+    multi-node launch), then resumed by one torchrun of two ranks: the policy sharded over the two
+    ranks, its weights gathered whole into each engine at every sync, into an HF folder at the
+    checkpoint, and back into shards at the resume. entropy_coef gives every step a gradient, so an
+    engine that did not get the new weights would drift from the trainer (rollout_mismatch; the
+    no-op sync of test_train's guard test makes it 1.15 at step 2 here, against ~5e-6)."""
     out_dir = str(tmp_path / "run")
     tiny = ["train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", "--prompts_per_step=2",
             "--group_size=4", "--max_new_tokens=8", "--micro_batch_size=4", "--eval_interval=0",
             "--parallel=fsdp", "--entropy_coef=0.01", "--learning_rate=1e-4"]
-    torchrun(*tiny, "--max_iters=2")
+    stdout = two_nodes(tmp_path, *tiny, "--max_iters=2")
+    assert "continue: torchrun --nproc_per_node=1 --nnodes=2 --node_rank=... " in stdout
     ckpt = os.path.join(out_dir, "ckpt")
     assert json.load(open(os.path.join(ckpt, "meta.json")))["step"] == 2
     from transformers import AutoModelForCausalLM
