@@ -278,6 +278,7 @@ if ddp:
 else:
     rank, local_rank, world_size = 0, 0, 1
 master = rank == 0  # logs, evaluates the sums and writes checkpoints
+fsdp = ddp and parallel == 'fsdp'  # sharded (train.wrap); plain python has nothing to shard
 device = f'cuda:{local_rank}' if torch.cuda.is_available() else 'cpu'
 if device.startswith('cuda'):
     torch.cuda.set_device(device)
@@ -307,7 +308,7 @@ position_keys = ('data_dir', 'seed', 'prompts_per_step', 'group_size', 'world_si
 if resume and (changed := [k for k in position_keys if saved.get(k, 1) != globals()[k]]):
     config_error(f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
                  f"(the data position would not mean the same)")
-if resume and saved.get('fsdp', False) != (ddp and parallel == 'fsdp'):
+if resume and saved.get('fsdp', False) != fsdp:
     config_error(f"cannot resume {ckpt_dir} with a different parallel (sharded: "
                  f"{saved.get('fsdp', False)}): the optimizer state was saved in the other layout")
 model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
@@ -317,7 +318,6 @@ model, tokenizer = load_model(model_path, autocast_dtype)
 model.to(device).train()
 if gradient_checkpointing:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
-fsdp = ddp and parallel == 'fsdp'
 
 def wrap(module):
     """A Scorer made ready for torchrun (plain python: as is). DDP averages the gradients over ranks
