@@ -4,7 +4,7 @@ number in it is measured by this run, on this machine (CUDA is detected and used
 
     python bench.py                  # everything (~15 min on 2 CPU cores)
     python bench.py --only=score     # one section: peak | rollout | score | step | profile | share
-                                     #   | floor
+                                     #   | memory | floor
 
 Sections
   peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
@@ -24,6 +24,9 @@ Sections
   share    the shared-prompt path of model.completion_hidden (4 prompts x 8 answers, each prompt
            through the body once) against the dense one (32 prompts), forward + backward, and the
            body's tokens per second once the head's time (measured alone) is taken out.
+  memory   what each of 2 ranks (torchrun, gloo/NCCL) holds of the policy's weights, gradients and
+           AdamW state, with parallel='ddp' (all of it on each rank) and 'fsdp' (its shards), and
+           the process's resident-set peak
   floor    the ratio's floor (issue #15): one AdamW step at a tiny learning rate with
            num_iterations=2, then the second pass's mean |log pi - log pi_old| and clip fraction
            (eps 0.2), on 2 prompts x 4 answers (<= 16 tokens) sampled once from models/smollm2/hf;
@@ -338,6 +341,42 @@ def child_profile(*args):
     return out
 
 
+def local_bytes(tensors):
+    """Bytes this rank holds of the tensors: a sharded (DTensor) one counts its local shard."""
+    return sum((t.to_local() if hasattr(t, 'to_local') else t).nbytes for t in tensors)
+
+
+def child_memory(out_path, *args):
+    """Run under torchrun: one step of train.py (the policy of SmolLM2-135M, AdamW, a vLLM engine per
+    rank), counting the bytes this rank holds of the policy's weights and gradients (at clipping,
+    before zero_grad) and of AdamW's state (after its step), plus the process's resident-set peak.
+    Writes them to out_path + the rank."""
+    import resource
+    import runpy
+    import model
+    counts = {}
+    clip_grad_norm, adamw_step = model.clip_grad_norm, torch.optim.AdamW.step
+
+    def counting_clip(params, max_norm):
+        params = list(params)
+        counts['weights'] = local_bytes(params)
+        counts['gradients'] = local_bytes([p.grad for p in params if p.grad is not None])
+        return clip_grad_norm(params, max_norm)
+
+    def counting_step(self, *a, **k):
+        out = adamw_step(self, *a, **k)
+        counts['adamw'] = local_bytes([t for state in self.state.values() for t in state.values()
+                                       if torch.is_tensor(t) and t.dim() > 0])  # not 'step'
+        return out
+    model.clip_grad_norm, torch.optim.AdamW.step = counting_clip, counting_step
+    sys.argv = ['train.py', 'config/cpu_demo.py', '--prompts_per_step=2', '--group_size=4',
+                '--max_new_tokens=8', '--max_iters=1', '--eval_interval=0', '--ckpt_interval=-1',
+                f'--out_dir={tempfile.mkdtemp(prefix="bench_")}', *args]
+    runpy.run_path('train.py', run_name='__main__')
+    counts['peak_rss'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    json.dump(counts, open(f"{out_path}{os.environ['RANK']}", 'w'))
+
+
 def run_child(name, *args):
     """One measurement in a fresh process; its result is the JSON on its last stdout line, None if
     it died."""
@@ -373,7 +412,7 @@ if __name__ == '__main__':
         name, args = argv[0].split('=', 1)[1], argv[1:]
         result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout,
                   'train': child_train, 'floor': child_floor, 'profile': child_profile,
-                  'share': child_share}[name](
+                  'share': child_share, 'memory': child_memory}[name](
             *[int(a) if a.isdigit() else a for a in args])
         if result is not None:
             print(json.dumps(result))
@@ -467,6 +506,25 @@ if __name__ == '__main__':
                 rows.append((f'  {category}', f'{sec:.2f} s', f'{100 * sec / total:.0f}%'))
         rows.append(('profile: the largest ops of the update', '', 'self time'))
         rows += [(f'  {op}', f'{sec:.2f} s', '') for op, sec in r['top ops'].items()]
+    if want('memory'):
+        rows.append(('memory per rank, 2 ranks', 'weights + gradients + AdamW',
+                     'bytes held of the policy (one step of cpu_demo under torchrun, vLLM '
+                     'engines); the resident-set peak also holds the engine and the libraries'))
+        for parallel in ('ddp', 'fsdp'):
+            out_path = os.path.join(tempfile.mkdtemp(prefix='bench_'), 'memory')
+            result = subprocess.run([sys.executable, '-m', 'torch.distributed.run',
+                                     '--nproc_per_node=2', __file__, '--child=memory', out_path,
+                                     f'--parallel={parallel}'], capture_output=True, text=True)
+            if result.returncode != 0:
+                print(f"  memory {parallel}: exit {result.returncode} {result.stderr[-500:]}")
+                continue
+            for rank in range(2):
+                r, gib = json.load(open(f'{out_path}{rank}')), lambda b: f'{b / 2**30:.3f}'
+                total = r['weights'] + r['gradients'] + r['adamw']
+                rows.append((f'  {parallel} rank {rank}', f'{gib(total)} GiB',
+                             f"weights {gib(r['weights'])}, gradients {gib(r['gradients'])}, "
+                             f"AdamW {gib(r['adamw'])} GiB; resident-set peak "
+                             f"{gib(r['peak_rss'])} GiB"))
     if want('floor') and (r := run_child('floor')):
         lrs = ', '.join(f'{lr:g}' for lr in FLOOR_LRS)
         rows.append(('ratio floor (lr 1e-8)', 'mean abs log ratio / clip fraction',

@@ -15,10 +15,16 @@ Two facts this file teaches:
 import json
 import os
 import shutil
+import warnings
 
 import torch
+import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+# DCP (save_optimizers) in one process, without torch.distributed, is what plain python means
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
 # -----------------------------------------------------------------------------
@@ -281,11 +287,37 @@ def save_critic(path, critic, state_dict=None):
 # -----------------------------------------------------------------------------
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
 
+def save_optimizers(path, optimizers):
+    """Every rank: the optimizers' states, {name: (module, optimizer)}, into the folder path with
+    torch.distributed.checkpoint (DCP). Keyed by parameter name; each rank writes its own shards
+    (FSDP) or its share of the replicated state (DDP), so no rank ever holds a whole sharded state,
+    and the folder loads into any number of ranks, sharded or not (DCP reshards). An optimizer that
+    has not stepped yet (VAPO's policy in its warm-up) has no state and is left out."""
+    states = {name: get_optimizer_state_dict(module, opt)
+              for name, (module, opt) in optimizers.items() if opt.state}
+    dcp.save(states, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
+
+
+def load_optimizers(path, optimizers):
+    """Every rank: the states saved by save_optimizers into the optimizers (fresh ones: their state
+    is made by one zero step first, then overwritten), each rank reading the part it holds."""
+    saved = {key.split(".")[0] for key in dcp.FileSystemReader(path).read_metadata().state_dict_metadata}
+    optimizers = {name: pair for name, pair in optimizers.items() if name in saved}
+    for module, opt in optimizers.values():
+        opt.zero_grad(set_to_none=True)  # else the zero step that makes the state is not taken
+    states = {name: get_optimizer_state_dict(module, opt) for name, (module, opt) in optimizers.items()}
+    if states:
+        dcp.load(states, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
+    for name, (module, opt) in optimizers.items():
+        set_optimizer_state_dict(module, opt, states[name])
+
+
 def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None, state_dict=None,
-                    critic_state_dict=None):
+                    critic_state_dict=None, optimizer_dir=None):
     """Write to ckpt_dir + '.tmp', then swap it in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop
     ckpt.old. state_dict / critic_state_dict: the weights to write (FSDP's, gathered whole), if
-    not the model's own. A checkpoint is complete once it has meta.json, written last and atomically. A crash
+    not the model's own; optimizer_dir: a folder written by save_optimizers, moved in as
+    'optimizer'. A checkpoint is complete once it has meta.json, written last and atomically. A crash
     at any point leaves a complete checkpoint in ckpt, or (between the two renames) none there but
     the new one in ckpt.tmp and the previous one in ckpt.old: read_checkpoint_meta then finishes
     the swap."""
@@ -295,6 +327,8 @@ def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None, stat
     tokenizer.save_pretrained(tmp)
     if critic is not None:
         save_critic(os.path.join(tmp, "critic"), critic, critic_state_dict)
+    if optimizer_dir is not None:
+        os.replace(optimizer_dir, os.path.join(tmp, "optimizer"))
     torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
     meta = {k: trainer_state[k] for k in ("step", "model_source", "config", "world") if k in trainer_state}
     with open(os.path.join(tmp, "meta.json.part"), "w") as f:

@@ -108,11 +108,12 @@ def sync_weights(engine, model):
     """Load the trainer's current weights into vLLM (in the dtype it serves), then drop cached
     prefixes: their KV entries were computed with the old weights. The weights are streamed one
     tensor at a time (a generator), so the extra memory is one tensor, not a second model; FSDP's
-    shards are gathered whole (full_tensor) as they go, every rank in the same order."""
+    shards are cast to the engine's dtype, then gathered whole (full_tensor: bf16 moves half the
+    bytes of fp32) as they go, every rank in the same order."""
     if engine["kind"] != "vllm":
         return
     whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t
-    weights = ((name, whole(p.detach()).to(engine["dtype"])) for name, p in model.state_dict().items())
+    weights = ((name, whole(p.detach().to(engine["dtype"]))) for name, p in model.state_dict().items())
     engine["llm"].collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     engine["llm"].reset_prefix_cache()
 

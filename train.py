@@ -23,6 +23,7 @@ import math
 import os
 import random
 import resource
+import shutil
 import signal
 import sys
 import time
@@ -37,8 +38,8 @@ from critic import critic_advantages, critic_record, critic_update, vapo_nll
 from losses import (KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, VARIANTS, group_advantages, policy_loss,
                     token_weight_sums)
 from model import (Scorer, clip_grad_norm, completion_values, load_critic, load_model,
-                   load_trainer_state, native_bf16, read_checkpoint_meta, round_ties,
-                   save_checkpoint)
+                   load_optimizers, load_trainer_state, native_bf16, read_checkpoint_meta,
+                   round_ties, save_checkpoint, save_optimizers)
 from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,
                      overlong_penalty, pass_at_k, safe_score)
 from rollout import dynamic_sample, encode_prompts, generate, init_engine, sleep, sync_weights, wake
@@ -303,14 +304,12 @@ if resume and ckpt_meta is None:
 if not resume and ckpt_meta and ckpt_meta['model_source'] != init_from:
     config_error(f"{ckpt_dir} is a checkpoint of {ckpt_meta['model_source']!r}, not {init_from!r}: "
                  f"choose another out_dir, or --init_from=resume")
-saved = {**ckpt_meta['config'], **ckpt_meta.get('world', {})} if resume else {}
-position_keys = ('data_dir', 'seed', 'prompts_per_step', 'group_size', 'world_size')
-if resume and (changed := [k for k in position_keys if saved.get(k, 1) != globals()[k]]):
+# the world may change (another number of ranks, DDP <-> FSDP): the data position is global and the
+# optimizer state is resharded on load (model.load_optimizers)
+position_keys = ('data_dir', 'seed', 'prompts_per_step', 'group_size')
+if resume and (changed := [k for k in position_keys if ckpt_meta['config'].get(k) != globals()[k]]):
     config_error(f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
                  f"(the data position would not mean the same)")
-if resume and saved.get('fsdp', False) != fsdp:
-    config_error(f"cannot resume {ckpt_dir} with a different parallel (sharded: "
-                 f"{saved.get('fsdp', False)}): the optimizer state was saved in the other layout")
 model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
 model_path = ckpt_dir if resume else init_from
 # bf16 / fp16 body: fp32 weights on that dtype's rounding ties are rounded once (model.round_ties)
@@ -332,26 +331,14 @@ def wrap(module):
             fully_shard(layer)
         return fully_shard(module)
     if ddp and any(p.requires_grad for p in module.parameters()):
-        return DDP(module, device_ids=[local_rank] if device.startswith('cuda') else None)
+        # the gradients are views into DDP's reduction buckets: no second copy of them
+        return DDP(module, device_ids=[local_rank] if device.startswith('cuda') else None,
+                   gradient_as_bucket_view=True)
     return module
 
 def unwrapped(scorer):
     """For the no-grad passes: DDP's hooks off (FSDP's stay: they gather the shards)."""
     return scorer.module if isinstance(scorer, DDP) else scorer
-
-def optimizer_state(net, opt):
-    """opt's state dict to save. FSDP: gathered whole into rank 0's CPU memory, keyed by names."""
-    if not fsdp:
-        return opt.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-    return get_optimizer_state_dict(net, opt, options=StateDictOptions(full_state_dict=True,
-                                                                       cpu_offload=True))
-
-def load_optimizer_state(net, opt, saved):
-    if not fsdp:
-        return opt.load_state_dict(saved)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-    set_optimizer_state_dict(net, opt, saved, options=StateDictOptions(full_state_dict=True))
 
 def full_state(net):
     """FSDP: net's whole state dict on rank 0 (CPU), for its HF folder, a tied weight once (as
@@ -372,9 +359,7 @@ scorer = wrap(Scorer(model))
 # fused: one kernel over all parameters (CPU and GPU): 0.04 s, not 0.3 s, here
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2),
                               weight_decay=weight_decay, fused=True)
-state = load_trainer_state(ckpt_dir) if resume else None
-if resume:
-    load_optimizer_state(model, optimizer, state['optimizer'])
+optimizers = {'policy': (model, optimizer)}  # saved and loaded by name (model.save_optimizers)
 ref_scorer = None
 if beta > 0:  # the frozen initial model, for the KL penalty
     ref_model = load_model(model_source, autocast_dtype)[0].to(device).eval().requires_grad_(False)
@@ -390,8 +375,10 @@ if variant['critic']:
     critic_scorer = wrap(Scorer(critic, completion_values))
     critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=critic_lr, betas=(beta1, beta2),
                                          weight_decay=weight_decay, fused=True)
-    if resume:
-        load_optimizer_state(critic, critic_optimizer, state['critic_optimizer'])
+    optimizers['critic'] = (critic, critic_optimizer)
+state = load_trainer_state(ckpt_dir) if resume else None
+if resume:
+    load_optimizers(os.path.join(ckpt_dir, 'optimizer'), optimizers)
 if value_warmup_steps is None:
     value_warmup_steps = variant['value_warmup']
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vllm_fp32_head,
@@ -894,18 +881,21 @@ def checkpoint_and_maybe_stop(steps_done):
             dist.all_gather_object(rngs, rng_state())
         else:
             rngs = [rng_state()]
-        # FSDP: the weights and the optimizer state gathered whole to rank 0 (every rank takes part)
-        states = {'optimizer': optimizer_state(model, optimizer), 'model': full_state(model)}
-        if critic is not None:
-            states.update(critic_optimizer=optimizer_state(critic, critic_optimizer),
-                          critic=full_state(critic))
+        # every rank writes its part of the optimizer state (DCP) into a folder that rank 0 moves
+        # into the checkpoint; FSDP: the weights gathered whole to rank 0 (every rank takes part)
+        optimizer_dir = ckpt_dir + '.optimizer'
+        if master:
+            shutil.rmtree(optimizer_dir, ignore_errors=True)
+        if ddp:
+            dist.barrier()
+        save_optimizers(optimizer_dir, optimizers)
+        weights = {'model': full_state(model), 'critic': critic and full_state(critic)}
         if master:
             save_checkpoint(ckpt_dir, model, tokenizer, {
                 'step': steps_done, 'model_source': model_source, 'config': config,
                 'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor,
-                'optimizer': states['optimizer'], 'rng': rngs,
-                'critic_optimizer': states.get('critic_optimizer')},
-                critic=critic, state_dict=states['model'], critic_state_dict=states.get('critic'))
+                'rng': rngs}, critic=critic, state_dict=weights['model'],
+                critic_state_dict=weights['critic'], optimizer_dir=optimizer_dir)
         if ddp:
             dist.barrier()
     if stop and master:
@@ -917,12 +907,16 @@ def checkpoint_and_maybe_stop(steps_done):
 start_step, bad_steps = 0, 0  # bad_steps: non-finite steps in a row (log_step)
 if resume:
     start_step = state['step']
-    random.setstate(state['rng'][rank]['python'])
-    torch.set_rng_state(state['rng'][rank]['torch'])
-    if torch.cuda.is_available() and state['rng'][rank]['cuda'] is not None:
-        torch.cuda.set_rng_state_all(state['rng'][rank]['cuda'])
+    # on more ranks than saved, a new rank keeps its own fresh stream (seed + rank)
+    if rank < len(state['rng']):
+        random.setstate(state['rng'][rank]['python'])
+        torch.set_rng_state(state['rng'][rank]['torch'])
+        if torch.cuda.is_available() and state['rng'][rank]['cuda'] is not None:
+            torch.cuda.set_rng_state_all(state['rng'][rank]['cuda'])
     if master:
-        print(f"resumed from {ckpt_dir} at step {start_step}")
+        print(f"resumed from {ckpt_dir} at step {start_step}"
+              + (f" (saved by {len(state['rng'])} ranks, now {world_size})"
+                 if len(state['rng']) != world_size else ""))
 
 # -----------------------------------------------------------------------------
 # the loop

@@ -10,6 +10,10 @@ With PARALLEL='fsdp' the split step runs under FSDP2 instead of DDP, sharded as 
 shards (fully_shard on each decoder layer, then on the Scorer), with no no_sync: every micro-batch's
 gradients are reduce-scattered into the shards.
 
+The split step's optimizer state is then saved by every rank (model.save_optimizers: DCP, each
+FSDP rank its shards) and loaded into unsharded optimizers (model.load_optimizers): it must equal
+the state of the single-process step, as a resume on another world size or layout needs.
+
     torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH [PARALLEL]"""
 import contextlib
 import os
@@ -25,7 +29,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassificat
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from critic import critic_advantages, critic_update, vapo_nll  # noqa: E402
 from losses import CRITIC_LOSS_TYPES, group_advantages, policy_loss  # noqa: E402
-from model import Scorer, completion_values  # noqa: E402
+from model import Scorer, completion_values, load_optimizers, save_optimizers  # noqa: E402
 
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
@@ -83,7 +87,8 @@ def one_step(rows, ddp, micro=2):
 
     model = tiny(LlamaForCausalLM, 0)
     scorer = wrap(Scorer(model), ddp)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # the update is the gradient itself
+    # the update is the gradient itself; so is the momentum buffer (the optimizer state saved)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5)
     mine = {k: v[rows] for k, v in batch.items()}
     mine['advantages'] = group_advantages(mine['rewards'], G, scale=adv_scale,
                                           reduce_sum=reduce_sum)
@@ -95,7 +100,7 @@ def one_step(rows, ddp, micro=2):
     if loss_type in CRITIC_LOSS_TYPES:
         critic = tiny(LlamaForTokenClassification, 1)
         critic_scorer = wrap(Scorer(critic, completion_values), ddp)
-        critic_optimizer = torch.optim.SGD(critic.parameters(), lr=1.0)
+        critic_optimizer = torch.optim.SGD(critic.parameters(), lr=1.0, momentum=0.5)
         no_hooks = critic_scorer.module if isinstance(critic_scorer, DDP) else critic_scorer
         with torch.no_grad():
             for mb in mbs:
@@ -114,11 +119,27 @@ def one_step(rows, ddp, micro=2):
             (loss * (world if ddp else 1)).backward()
     optimizer.step()
     params = [flat(model.parameters())]
+    optimizers = {'policy': (model, optimizer)}
     if critic is not None:
         critic_update(critic_scorer, critic_optimizer, mbs, args_of, 1, 0.5, counts['tokens'], 0.0,
                       world if ddp else 1, isinstance(critic_scorer, DDP))
         params.append(flat(critic.parameters()))
-    return torch.cat(params)
+        optimizers['critic'] = (critic, critic_optimizer)
+    return torch.cat(params), optimizers
+
+
+def fresh_optimizers():
+    """Unsharded models and optimizers that have not stepped, as a resume builds them."""
+    optimizers = {'policy': tiny(LlamaForCausalLM, 0)}
+    if loss_type in CRITIC_LOSS_TYPES:
+        optimizers['critic'] = tiny(LlamaForTokenClassification, 1)
+    return {k: (m, torch.optim.SGD(m.parameters(), lr=1.0, momentum=0.5))
+            for k, m in optimizers.items()}
+
+
+def momentum(optimizers):
+    return torch.cat([opt.state[p]['momentum_buffer'].flatten()
+                      for module, opt in optimizers.values() for p in module.parameters()])
 
 
 def start():
@@ -131,9 +152,15 @@ def start():
 
 # rank r: a contiguous share of the batch (whole groups, as train.py's sharding of prompts gives it)
 shard = list(range(rank * B // world, (rank + 1) * B // world))
-split = one_step(shard, ddp=True)
+split, split_optimizers = one_step(shard, ddp=True)
+# the split step's optimizer state, saved by every rank (its shards under FSDP), loaded into
+# unsharded optimizers on every rank: it must be the state of the whole-batch step in one process
+save_optimizers(out_path + '.optimizer', split_optimizers)
+whole, whole_optimizers = one_step(list(range(B)), ddp=False)
+loaded = fresh_optimizers()
+load_optimizers(out_path + '.optimizer', loaded)
 if rank == 0:
-    torch.save({"split": split, "whole": one_step(list(range(B)), ddp=False), "start": start()},
-               out_path)
+    torch.save({"split": split, "whole": whole, "start": start(), "whole_state":
+                momentum(whole_optimizers), "loaded_state": momentum(loaded)}, out_path)
 dist.barrier()
 dist.destroy_process_group()

@@ -122,11 +122,6 @@ def test_a_checkpoint_that_does_not_fit_is_an_error_before_any_work(tmp_path):
         "not 'models/smollm2/hf': choose another out_dir, or --init_from=resume")
     result = run(f"--out_dir={other}", "--init_from=resume", "--seed=1", expect=2)
     assert "cannot resume" in result.stderr and "different seed" in result.stderr
-    write_meta(other, step=5, model_source="models/smollm2/hf", config={
-        "data_dir": "data/arithmetic", "seed": 0, "prompts_per_step": 2, "group_size": 4},
-        world={"world_size": 1, "fsdp": True})  # written by a sharded run
-    result = run(f"--out_dir={other}", "--init_from=resume", expect=2)
-    assert "cannot resume" in result.stderr and "different parallel" in result.stderr
     result = run(f"--out_dir={tmp_path / 'empty'}", "--init_from=resume", expect=2)
     assert "holds no checkpoint" in result.stderr
 
