@@ -20,7 +20,8 @@ import warnings
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_optimizer_state_dict)
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 # DCP (save_optimizers) in one process, without torch.distributed, is what plain python means
@@ -286,6 +287,18 @@ def save_critic(path, critic, state_dict=None):
 
 # -----------------------------------------------------------------------------
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
+
+def full_state(net):
+    """A sharded (FSDP) net's whole state dict on rank 0 (CPU; every rank takes part), for its HF
+    folder, a tied weight once (as save_pretrained writes it); None for an unsharded net."""
+    if not any(hasattr(p, "full_tensor") for p in net.parameters()):
+        return None
+    state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    first = {}  # parameter -> its first name; a later name is a tied copy (lm_head = embed_tokens)
+    tied = [name for name, p in net.named_parameters(remove_duplicate=False)
+            if first.setdefault(p, name) != name]
+    return {k: v for k, v in state.items() if k not in tied}
+
 
 def save_optimizers(path, optimizers):
     """Every rank: the optimizers' states, {name: (module, optimizer)}, into the folder path with

@@ -37,7 +37,7 @@ from tqdm import tqdm
 from critic import critic_advantages, critic_record, critic_update, vapo_nll
 from losses import (KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, VARIANTS, group_advantages, policy_loss,
                     token_weight_sums)
-from model import (Scorer, clip_grad_norm, completion_values, load_critic, load_model,
+from model import (Scorer, clip_grad_norm, completion_values, full_state, load_critic, load_model,
                    load_optimizers, load_trainer_state, native_bf16, read_checkpoint_meta,
                    round_ties, save_checkpoint, save_optimizers)
 from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,
@@ -339,19 +339,6 @@ def wrap(module):
 def unwrapped(scorer):
     """For the no-grad passes: DDP's hooks off (FSDP's stay: they gather the shards)."""
     return scorer.module if isinstance(scorer, DDP) else scorer
-
-def full_state(net):
-    """FSDP: net's whole state dict on rank 0 (CPU), for its HF folder, a tied weight once (as
-    save_pretrained writes it); None without sharding."""
-    if not fsdp:
-        return None
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True,
-                                                               cpu_offload=True))
-    first = {}  # parameter -> its first name; a later name is a tied copy (lm_head = embed_tokens)
-    tied = [name for name, p in net.named_parameters(remove_duplicate=False)
-            if first.setdefault(p, name) != name]
-    return {k: v for k, v in state.items() if k not in tied}
 
 # the trainer's forward for the loss (Scorer: DDP's hooks on completion_logprobs, not the HF
 # forward)
@@ -889,7 +876,7 @@ def checkpoint_and_maybe_stop(steps_done):
         if ddp:
             dist.barrier()
         save_optimizers(optimizer_dir, optimizers)
-        weights = {'model': full_state(model), 'critic': critic and full_state(critic)}
+        weights = {'model': full_state(model), 'critic': full_state(critic) if critic else None}
         if master:
             save_checkpoint(ckpt_dir, model, tokenizer, {
                 'step': steps_done, 'model_source': model_source, 'config': config,
