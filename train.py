@@ -833,8 +833,9 @@ def summary():
     launcher = f"torchrun --nproc_per_node={per_node}" if ddp else "python"
     if world_size > per_node:  # several nodes: each launches its share, with its rendezvous flags
         launcher += f" --nnodes={world_size // per_node} --node_rank=... --rdzv_endpoint=..."
-    saved_step = (read_checkpoint_meta(ckpt_dir) or {}).get('step')
-    if saved_step is not None:  # a stopped run continues to max_iters, a finished one beyond it
+    # this run's checkpoint (not one an earlier run left in out_dir); a stopped run continues to
+    # max_iters, a finished one beyond it
+    if saved_step is not None:
         more = max_iters if saved_step < max_iters else 2 * max_iters
         print(f"checkpoint (step {saved_step}): {ckpt_dir}\ncontinue: {launcher} train.py "
               f"{' '.join(args)} --init_from=resume --max_iters={more}")
@@ -844,6 +845,7 @@ def summary():
 # save: checkpoints, and SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, save,
 # exit
 stop_requested, abort_message = False, None
+saved_step = None  # the step of this run's latest checkpoint (summary)
 
 def request_stop(signum, frame):
     global stop_requested
@@ -860,6 +862,7 @@ def rng_state():
 def checkpoint_and_maybe_stop(steps_done):
     """Checkpoint when due (every ckpt_interval steps, at the end, on a stop request on any rank);
     rank 0 writes it, with every rank's RNG state. True means stop (all ranks decide together)."""
+    global saved_step
     stop = reduce_sum(int(stop_requested)) > 0
     due = (ckpt_interval > 0 and steps_done % ckpt_interval == 0) or steps_done == max_iters or stop
     if due and ckpt_interval != -1:
@@ -883,6 +886,7 @@ def checkpoint_and_maybe_stop(steps_done):
                 'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor,
                 'rng': rngs}, critic=critic, state_dict=weights['model'],
                 critic_state_dict=weights['critic'], optimizer_dir=optimizer_dir)
+        saved_step = steps_done
         if ddp:
             dist.barrier()
     if stop and master:
@@ -893,7 +897,7 @@ def checkpoint_and_maybe_stop(steps_done):
 # the RNG states go back last, after everything that may draw from them while loading
 start_step, bad_steps = 0, 0  # bad_steps: non-finite steps in a row (log_step)
 if resume:
-    start_step = state['step']
+    start_step = saved_step = state['step']
     # on more ranks than saved, a new rank keeps its own fresh stream (seed + rank)
     if rank < len(state['rng']):
         random.setstate(state['rng'][rank]['python'])

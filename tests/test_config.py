@@ -16,7 +16,10 @@ def run_train(*args, env=None):
                           text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("args, expected", [
+# bad config, one clear line each: (argv, what the last line of stderr says). Run in one process
+# with the range checks below (CHECK_EACH): the configurator and the checks run before anything
+# loads, and test_bad_value_ends_a_real_run_before_anything_loads shows that a real run stops there
+BAD = [
     (["--no_such_key=1"], "unknown config key 'no_such_key'"),
     (["--learning_rate='fast'"], "learning_rate='fast' is str, expected float"),
     (["--max_iters=2.5"], "max_iters=2.5 is float, expected int"),
@@ -36,12 +39,15 @@ def run_train(*args, env=None):
      "tis_mode='token_truncate' corrects for the sampler's"),
     (["--parallel=zero3"], "parallel='zero3'; valid: ddp, fsdp"),
     (["--parallel=fsdp", "--rollout_engine=hf"], "parallel='fsdp' needs rollout_engine='vllm'"),
-])
-def test_bad_config_is_one_clear_line(args, expected):
-    result = run_train(*args)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
+]
+
+
+@pytest.mark.parametrize("args, expected", BAD, ids=[" ".join(args) for args, _ in BAD])
+def test_bad_config_is_one_clear_line(checked, args, expected):
+    status, out, err = checked[tuple(args)]
+    assert status == 2, err[-2000:]
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
     assert expected in last, last
 
 
@@ -88,7 +94,7 @@ VALID = [[NO_MODEL], ["--init_from=resume"], ["--init_from=owner/name"],  # a hu
          [NO_MODEL, "--value_warmup_steps=0", "--ckpt_interval=-1", "--max_iters=0"]]
 
 # train.py from the top to the end of its checks section (all that runs before data and model
-# load), once per argv, in one process: a train.py start costs ~5 s of imports, 60 of them minutes
+# load), once per argv, in one process: a train.py start costs ~5 s of imports, 80 of them minutes
 CHECK_EACH = """
 import contextlib, io, json, sys
 lines = open('train.py').read().splitlines(keepends=True)
@@ -112,8 +118,9 @@ print(json.dumps(results))
 
 @pytest.fixture(scope="module")
 def checked():
-    """{argv: (exit status, stdout, stderr)} of train.py's checks for VALID and RANGES."""
-    cases = VALID + [[arg] for arg, _ in RANGES]  # VALID first: any import noise lands there
+    """{argv: (exit status, stdout, stderr)} of train.py's checks for VALID, BAD and RANGES."""
+    # VALID first: any import noise lands there
+    cases = VALID + [args for args, _ in BAD] + [[arg] for arg, _ in RANGES]
     offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # 'owner/name' is valid with the hub on
     env = {k: v for k, v in os.environ.items() if k not in offline}
     result = subprocess.run([sys.executable, "-c", CHECK_EACH, json.dumps(cases)], cwd=ROOT,

@@ -84,6 +84,11 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     assert [r["step"] for r in records(out_dir) if "eval/accuracy" in r] == [0, 2, 3]
     assert torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)["step"] == 3
 
+    # a new run in this out_dir that saves nothing does not offer the earlier run's checkpoint
+    result = train(f"--out_dir={out_dir}", "--max_iters=0", "--eval_interval=0",
+                   "--rollout_engine=hf")
+    assert "continue:" not in result.stdout and f"plot: python plot.py {out_dir}" in result.stdout
+
 
 def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     """One HF-engine step with every DAPO / Kimi switch on, over a data folder with two malformed
