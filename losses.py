@@ -38,6 +38,8 @@ import torch
 #   eps            default (eps_low, eps_high): the hard clip 1 - eps_low .. 1 + eps_high. Unused by
 #                  cispo (its clip uses cispo_eps_low / cispo_eps_high instead), sapo (a soft gate)
 #                  and kl_cov (the unclipped surrogate): they keep the 0.2 / 0.2 they always had
+#   adv            default adv_scale: what group_advantages divides A by ('group': the group's std;
+#                  'none': Dr. GRPO, no std, which over-weights too easy and too hard prompts)
 #   skip_zero_adv  every loss term is proportional to A: a group with A = 0 everywhere has exactly
 #                  zero gradient, and train.py may skip it (not clip_cov / kl_cov: their token picks
 #                  and penalty depend on the whole batch; not ppo / vapo: the critic's A per token)
@@ -45,19 +47,21 @@ import torch
 #   value_warmup   the default number of critic-only steps before the policy moves
 # DAPO sec. 3.1 Clip-Higher: eps_high = 0.28 > eps_low = 0.2 (VAPO sec. 3.3 takes the same).
 # GSPO paper: 3e-4 / 4e-4 (its ratio is per answer). VAPO sec. 3.1: 50 steps of value pre-training.
-VARIANTS = {  # one row per loss_type
-    "grpo":       dict(norm="seq_mean",   eps=(0.2, 0.2),   skip_zero_adv=True,  critic=False, value_warmup=0),
-    "dr_grpo":    dict(norm="const_len",  eps=(0.2, 0.2),   skip_zero_adv=True,  critic=False, value_warmup=0),
-    "dapo":       dict(norm="token_mean", eps=(0.2, 0.28),  skip_zero_adv=True,  critic=False, value_warmup=0),
-    "gspo":       dict(norm="seq_mean",   eps=(3e-4, 4e-4), skip_zero_adv=True,  critic=False, value_warmup=0),
-    "gspo_token": dict(norm="seq_mean",   eps=(3e-4, 4e-4), skip_zero_adv=True,  critic=False, value_warmup=0),
-    "cispo":      dict(norm="token_mean", eps=(0.2, 0.2),   skip_zero_adv=True,  critic=False, value_warmup=0),
-    "sapo":       dict(norm="seq_mean",   eps=(0.2, 0.2),   skip_zero_adv=True,  critic=False, value_warmup=0),
-    "clip_cov":   dict(norm="token_mean", eps=(0.2, 0.2),   skip_zero_adv=False, critic=False, value_warmup=0),
-    "kl_cov":     dict(norm="token_mean", eps=(0.2, 0.2),   skip_zero_adv=False, critic=False, value_warmup=0),
-    "ppo":        dict(norm="token_mean", eps=(0.2, 0.2),   skip_zero_adv=False, critic=True,  value_warmup=0),
-    "vapo":       dict(norm="token_mean", eps=(0.2, 0.28),  skip_zero_adv=False, critic=True,  value_warmup=50),
-}
+VARIANTS = {name: dict(zip(("norm", "eps", "adv", "skip_zero_adv", "critic", "value_warmup"), row))
+            for name, *row in [  # one row per loss_type
+    # name         norm          eps           adv      skip_zero_adv  critic  value_warmup
+    ("grpo",       "seq_mean",   (0.2, 0.2),   "group", True,          False,  0),
+    ("dr_grpo",    "const_len",  (0.2, 0.2),   "none",  True,          False,  0),
+    ("dapo",       "token_mean", (0.2, 0.28),  "group", True,          False,  0),
+    ("gspo",       "seq_mean",   (3e-4, 4e-4), "group", True,          False,  0),
+    ("gspo_token", "seq_mean",   (3e-4, 4e-4), "group", True,          False,  0),
+    ("cispo",      "token_mean", (0.2, 0.2),   "group", True,          False,  0),
+    ("sapo",       "seq_mean",   (0.2, 0.2),   "group", True,          False,  0),
+    ("clip_cov",   "token_mean", (0.2, 0.2),   "group", False,         False,  0),
+    ("kl_cov",     "token_mean", (0.2, 0.2),   "group", False,         False,  0),
+    ("ppo",        "token_mean", (0.2, 0.2),   "group", False,         True,   0),
+    ("vapo",       "token_mean", (0.2, 0.28),  "group", False,         True,   50),
+]}
 LOSS_TYPES = tuple(VARIANTS)
 CRITIC_LOSS_TYPES = tuple(name for name, v in VARIANTS.items() if v["critic"])
 TIS_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")

@@ -20,6 +20,7 @@ import warnings
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_optimizer_state_dict)
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -33,10 +34,12 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
 def native_bf16(device):
-    """Whether bf16 matmuls run in hardware on device: CUDA's bf16 support, or a CPU with AVX512-BF16 or
-    AMX. Elsewhere oneDNN emulates bf16: measured ~60x slower than fp32 on an AMD EPYC with AVX2 only."""
+    """Whether bf16 matmuls run in hardware on device: a GPU of compute capability 8.0 or above (Ampere
+    on; torch.cuda.is_bf16_supported() also counts the emulation of a V100 / T4, and vLLM refuses bf16
+    below 8.0), or a CPU with AVX512-BF16 or AMX. Elsewhere oneDNN emulates bf16: measured ~60x slower
+    than fp32 on an AMD EPYC with AVX2 only."""
     if str(device).startswith('cuda'):
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.get_device_capability(device)[0] >= 8
     flags = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''
     return ' avx512_bf16' in flags or ' amx_bf16' in flags
 
@@ -152,7 +155,9 @@ def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_
     Rows with the same prompt (a GRPO group's G answers) share one forward of it: each distinct prompt goes
     through the body once, and its keys and values serve every answer to it as a KV cache. Backward sums the
     answers' gradients into the one prompt pass, so loss and gradients are those of separate forwards (to
-    round-off) at the cost of one prompt instead of G. (Not under HF's gradient checkpointing: it drops caches.)"""
+    round-off) at the cost of one prompt instead of G. (Not under HF's gradient checkpointing: it drops caches.)
+    FSDP: every rank must call the body as many times (each call gathers every layer), so a sharded body
+    always takes the two calls, also when no prompt is shared."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+C)
     attention_mask = torch.cat([prompt_mask, completion_mask.long()], dim=1)       # (B, P+C)
     # left padding must not shift positions
@@ -163,7 +168,8 @@ def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_
     device_type, enabled = input_ids.device.type, autocast_dtype is not None
     with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=enabled):
         # one pass over prompt + answer
-        if len(prompts) == len(prompt_ids) or body.is_gradient_checkpointing:
+        sharded = isinstance(body.layers[0], FSDPModule)
+        if (len(prompts) == len(prompt_ids) and not sharded) or body.is_gradient_checkpointing:
             return body(input_ids=input_ids, attention_mask=attention_mask,
                         position_ids=position_ids).last_hidden_state[:, P - 1:-1]
         prompt = body(input_ids=prompts[:, :P], attention_mask=prompts[:, P:], use_cache=True,
@@ -251,6 +257,20 @@ class Scorer(torch.nn.Module):
 
     def forward(self, *args):
         return self.fn(self.model, *args)
+
+
+def even_micro_batches(mbs):
+    """FSDP: as many micro-batches on this rank as on the rank with the most, padded with one-row
+    micro-batches whose completion_mask is 0 (no loss, no statistic, zero gradient). Every FSDP
+    forward all-gathers and every backward reduce-scatters: a rank with fewer micro-batches (its
+    answers shorter, fewer live groups, a smaller dynamic-sampling surplus) would reach the next
+    collective while another still gathers, and hang (NCCL) or fail (gloo). verl does the same
+    (rearrange_micro_batches: the count all-reduced with MAX)."""
+    n = torch.tensor(len(mbs))
+    torch.distributed.all_reduce(n, op=torch.distributed.ReduceOp.MAX)
+    filler = {k: v[:1].clone() for k, v in mbs[-1].items()}
+    filler["completion_mask"] = torch.zeros_like(filler["completion_mask"])
+    return mbs + [filler] * (int(n) - len(mbs))
 
 
 # -----------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def quiet_vllm():
 
 
 def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True, distributed=False,
-                sleep_mode=False, verbose=False, dtype="bfloat16"):
+                sleep_mode=False, verbose=False, dtype="bfloat16", enforce_eager=True):
     """'vllm': a colocated vLLM engine on the weights in model_path; under torchrun every rank
     starts its own (external_launcher: vLLM joins the trainer's processes instead of spawning
     workers). 'hf': generation reuses the trainer's own model (passed later to generate): nothing to
@@ -69,7 +69,12 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
     an fp32 trainer cannot follow it: an update of lr 2e-5 moves a weight by far less than half a
     bf16 step, so its bf16 copy mostly stays where it was while the fp32 policy moves. Measured on
     the demo: rollout_mismatch 0.027 at step 1, 0.110 at step 2, 0.360 at step 4 (13x: the sampler
-    was no longer the policy being trained)."""
+    was no longer the policy being trained).
+
+    enforce_eager: no CUDA graphs (CPU has none; on GPU graphs make decoding faster and cost
+    memory). The runner is printed: on GPU, vLLM 0.32 / 0.33 take Model Runner V2 wherever Triton
+    is installed, which no CPU test runs (the CPU build runs V1); VLLM_USE_V2_MODEL_RUNNER=0 goes
+    back to V1 if the sync guard (train.py's stop_mismatch) trips there."""
     if kind == "hf":
         return {"kind": "hf"}
     if kind != "vllm":
@@ -77,7 +82,7 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
     if not verbose:
         quiet_vllm()  # before vLLM's first import: it reads its logging level then
     from vllm import LLM
-    llm = LLM(model=model_path, dtype=dtype, enforce_eager=True, seed=seed,
+    llm = LLM(model=model_path, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
               gpu_memory_utilization=gpu_memory_utilization,
               # MiniMax-M1: FP32 head in the sampler too
               hf_overrides={"head_dtype": "float32"} if fp32_head else None,
@@ -89,7 +94,17 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
               block_size=None if torch.cuda.is_available() else 32,
               distributed_executor_backend="external_launcher" if distributed else None,
               enable_sleep_mode=sleep_mode, use_tqdm_on_load=verbose)
+    if os.environ.get("RANK", "0") == "0":
+        runner = llm.collective_rpc(lambda worker: type(worker.model_runner).__module__)[0]
+        print(f"vLLM engine: {runner} (enforce_eager={enforce_eager}, sleep mode {sleep_mode})")
     return {"kind": "vllm", "llm": llm, "sleep_mode": sleep_mode, "dtype": getattr(torch, dtype)}
+
+
+def shutdown(engine):
+    """Stop the vLLM engine (vLLM 0.32 then destroys the default process group too, 0.33 no longer
+    does: train.py destroys it after this, if it is still there)."""
+    if engine["kind"] == "vllm":
+        engine["llm"].llm_engine.engine_core.shutdown()
 
 
 def sleep(engine):
@@ -99,28 +114,32 @@ def sleep(engine):
         engine["llm"].sleep(level=1)
 
 
-def wake(engine):
-    if engine.get("sleep_mode"):
-        engine["llm"].wake_up()
-
-
 def sync_weights(engine, model):
     """Load the trainer's current weights into vLLM (in the dtype it serves), then drop cached
     prefixes: their KV entries were computed with the old weights. The weights are streamed one
     tensor at a time (a generator), so the extra memory is one tensor, not a second model; FSDP's
     shards are cast to the engine's dtype, then gathered whole (full_tensor: bf16 moves half the
-    bytes of fp32) as they go, every rank in the same order."""
+    bytes of fp32) as they go, every rank in the same order. Sleep mode (GPU): the weights wake
+    first and the KV cache only after the sync, so it is not resident while the weights stream in
+    (as verl and TRL do)."""
     if engine["kind"] != "vllm":
         return
+    if engine["sleep_mode"]:
+        engine["llm"].wake_up(tags=["weights"])
     whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t
     weights = ((name, whole(p.detach().to(engine["dtype"]))) for name, p in model.state_dict().items())
     engine["llm"].collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     engine["llm"].reset_prefix_cache()
+    if engine["sleep_mode"]:
+        engine["llm"].wake_up(tags=["kv_cache"])
 
 
 def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature,
              model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16):
-    """Sample group_size completions for each prompt; return the batch described at the top."""
+    """Sample group_size completions for each prompt; return the batch described at the top (empty
+    for no prompt: an eval rank with no problem when there are fewer than ranks)."""
+    if not prompt_token_ids:
+        return make_batch(tokenizer, [], [], None, [])
     if engine["kind"] == "vllm":
         from vllm import SamplingParams
         params = SamplingParams(n=group_size, temperature=temperature, top_p=top_p, top_k=top_k or -1,
@@ -183,23 +202,26 @@ def cut_at_stop(row, stops):
 
 
 def left_pad(seqs, pad_id):
-    width = max(len(s) for s in seqs)
-    ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in seqs], dtype=torch.long)
-    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
+    width = max((len(s) for s in seqs), default=0)
+    shape = (len(seqs), width)  # (0, 0) for no row
+    ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in seqs], dtype=torch.long).view(shape)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long).view(shape)
     return ids, mask
 
 
 def make_batch(tokenizer, prompts, completions, logps, truncated):
-    width = max(1, max(len(c) for c in completions))
+    width = max(1, max((len(c) for c in completions), default=0))
     pad = lambda s, v: s + [v] * (width - len(s))
+    shape = (len(completions), width)
     return {
         "prompt_ids": left_pad(prompts, tokenizer.pad_token_id)[0],
         "prompt_mask": left_pad(prompts, tokenizer.pad_token_id)[1],
-        "completion_ids": torch.tensor([pad(c, tokenizer.pad_token_id) for c in completions], dtype=torch.long),
-        "completion_mask": torch.tensor([pad([1.0] * len(c), 0.0) for c in completions]),
+        "completion_ids": torch.tensor([pad(c, tokenizer.pad_token_id) for c in completions],
+                                       dtype=torch.long).view(shape),
+        "completion_mask": torch.tensor([pad([1.0] * len(c), 0.0) for c in completions]).view(shape),
         "rollout_logp": None if logps is None else torch.tensor([pad(lp, 0.0) for lp in logps]),
         "truncated": torch.tensor(truncated, dtype=torch.bool),
-        "completions": tokenizer.batch_decode(completions, skip_special_tokens=True),
+        "completions": tokenizer.batch_decode(completions, skip_special_tokens=True) if completions else [],
     }
 
 

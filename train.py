@@ -37,12 +37,13 @@ from tqdm import tqdm
 from critic import critic_advantages, critic_record, critic_update, vapo_nll
 from losses import (KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, VARIANTS, group_advantages, policy_loss,
                     token_weight_sums)
-from model import (Scorer, clip_grad_norm, completion_values, full_state, load_critic, load_model,
-                   load_optimizers, load_trainer_state, native_bf16, read_checkpoint_meta,
-                   round_ties, save_checkpoint, save_optimizers)
+from model import (Scorer, clip_grad_norm, completion_values, even_micro_batches, full_state,
+                   load_critic, load_model, load_optimizers, load_trainer_state, native_bf16,
+                   read_checkpoint_meta, round_ties, save_checkpoint, save_optimizers)
 from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,
                      overlong_penalty, pass_at_k, safe_score)
-from rollout import dynamic_sample, encode_prompts, generate, init_engine, sleep, sync_weights, wake
+from rollout import (dynamic_sample, encode_prompts, generate, init_engine, shutdown, sleep,
+                     sync_weights)
 
 # -----------------------------------------------------------------------------
 # config: the defaults are the offline CPU demo (config/cpu_demo.py restates and explains them)
@@ -79,9 +80,11 @@ mask_truncated = False        # DAPO overlong filtering: no loss on completions 
 vllm_gpu_memory_utilization = 0.3  # GPU memory for vLLM (CPU: VLLM_CPU_KVCACHE_SPACE GiB)
 vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
 vllm_sleep = True             # GPU only: vLLM frees its KV cache while the trainer runs
+vllm_enforce_eager: bool = None  # no CUDA graphs; None: True on CPU, False (graphs) on GPU
 # loss (losses.py; the per-variant defaults are its VARIANTS table)
 loss_type = 'grpo'            # one of losses.LOSS_TYPES
-adv_scale = 'group'           # 'group' | 'batch' | 'none' (Dr. GRPO): what A is divided by
+# what A is divided by: 'group' (its std) | 'batch' | 'none' (Dr. GRPO); None = the variant's (VARIANTS)
+adv_scale: str = None
 num_iterations = 1            # mu: optimizer passes over each rollout batch (1: on-policy)
 eps_low: float = None         # clip range 1-eps_low .. 1+eps_high; None = the variant's default
 eps_high: float = None
@@ -120,7 +123,8 @@ max_iters = 30                # optimizer steps (x num_iterations passes each)
 micro_batch_size = 16         # at most this many sequences per forward/backward
 max_tokens_per_micro = 2048   # ... and this many tokens, padding included (rows sorted)
 # autocast dtype of the transformer body: 'auto' is bfloat16 where the hardware has bf16 matmuls
-# (model.native_bf16), else float32; 'float32' | 'bfloat16' | 'float16'. The LM head is always fp32.
+# (model.native_bf16), else float32; 'float32' | 'bfloat16' (not fp16: it would need a gradient
+# scaler). The LM head is always fp32.
 dtype = 'auto'
 gradient_checkpointing = False  # recompute activations in backward: less memory, more compute
 # pi_old when num_iterations > 1: 'policy' (a no-grad pass) | 'rollout' (vLLM's log-probs, no pass:
@@ -162,13 +166,19 @@ def config_error(msg):
     print(f"config error: {msg}", file=sys.stderr)
     sys.exit(2)
 
+if dtype == 'float16':  # fp16's range: small gradients underflow to 0 without torch.amp.GradScaler
+    config_error("dtype='float16' trains without a gradient scaler (small gradients underflow to 0): "
+                 "use 'bfloat16' where the hardware has it, else 'float32'")
 for key, valid in [('loss_type', LOSS_TYPES), ('reward_fn', tuple(REWARDS)),
-                   ('adv_scale', ('group', 'batch', 'none')), ('rollout_engine', ('vllm', 'hf')),
-                   ('dtype', ('auto', 'float32', 'bfloat16', 'float16')), ('tis_mode', TIS_MODES),
+                   ('adv_scale', (None, 'group', 'batch', 'none')),
+                   ('rollout_engine', ('vllm', 'hf')),
+                   ('dtype', ('auto', 'float32', 'bfloat16')), ('tis_mode', TIS_MODES),
                    ('kl_estimator', KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout')),
                    ('parallel', ('ddp', 'fsdp'))]:
     if globals()[key] not in valid:
-        config_error(f"{key}={globals()[key]!r}; valid: {', '.join(valid)}")
+        config_error(f"{key}={globals()[key]!r}; valid: {', '.join(v for v in valid if v)}")
+if adv_scale is None:  # the variant's: Dr. GRPO does not divide by the std
+    adv_scale = variant['adv']
 # every number's valid range, keys grouped by it (a None default may stay None). The comparisons
 # are written so that a NaN (a config file's float('nan')) fails them too.
 for valid, in_range, keys in [
@@ -289,7 +299,7 @@ if dtype == 'auto':  # bf16 without bf16 instructions is emulated: far slower th
     dtype = 'bfloat16' if native_bf16(device) else 'float32'
     if master:
         print(f"dtype='auto': the body runs in {dtype} (bf16 matmuls in hardware: {dtype == 'bfloat16'})")
-autocast_dtype = {'float32': None, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
+autocast_dtype = {'float32': None, 'bfloat16': torch.bfloat16}[dtype]
 if not verbose:  # the console: the trainer's lines and its own progress bar
     transformers.logging.disable_progress_bar()
 random.seed(seed + rank)  # every rank samples its own completions
@@ -306,10 +316,15 @@ if not resume and ckpt_meta and ckpt_meta['model_source'] != init_from:
                  f"choose another out_dir, or --init_from=resume")
 # the world may change (another number of ranks, DDP <-> FSDP): the data position is global and the
 # optimizer state is resharded on load (model.load_optimizers)
-position_keys = ('data_dir', 'seed', 'prompts_per_step', 'group_size')
-if resume and (changed := [k for k in position_keys if ckpt_meta['config'].get(k) != globals()[k]]):
+# (max_prompt_len decides which rows are kept before the shuffle)
+position_keys = ('data_dir', 'seed', 'prompts_per_step', 'group_size', 'max_prompt_len')
+saved_config = ckpt_meta['config'] if resume else {}
+if changed := [k for k in position_keys if k in saved_config and saved_config[k] != globals()[k]]:
     config_error(f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
                  f"(the data position would not mean the same)")
+if resume and not os.path.isdir(os.path.join(ckpt_dir, 'optimizer')):
+    config_error(f"{ckpt_dir} has no optimizer/ folder (it predates the DCP optimizer state): resume "
+                 f"it with the revision that wrote it, or start from its weights: --init_from={ckpt_dir}")
 model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
 model_path = ckpt_dir if resume else init_from
 # bf16 / fp16 body: fp32 weights on that dtype's rounding ties are rounded once (model.round_ties)
@@ -371,7 +386,9 @@ if value_warmup_steps is None:
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vllm_fp32_head,
                      distributed=ddp, gpu_memory_utilization=vllm_gpu_memory_utilization,
                      sleep_mode=vllm_sleep and device.startswith('cuda'), verbose=verbose,
-                     dtype=dtype)  # the trainer's body dtype: the sampler is the policy trained
+                     dtype=dtype,  # the trainer's body dtype: the sampler is the policy trained
+                     enforce_eager=vllm_enforce_eager if vllm_enforce_eager is not None
+                     else not device.startswith('cuda'))
 
 def reduce_sum(x):
     """x summed over ranks (a number or a dict of numbers with the same keys on every rank)."""
@@ -523,6 +540,7 @@ def evaluate():
     avg@k (eval/accuracy, the mean correctness), pass@1, pass@k (the unbiased estimator) and maj@k
     (the majority answer). Each rank takes every world_size-th problem; the sums are reduced."""
     k = eval_samples
+    # a rank may have no problem (fewer problems than ranks): an empty batch, zeros in the sums
     batch = rollout(test_rows[rank::world_size], k)
     correct = batch['correct'].view(-1, k)  # (problems, k)
     answers = [parsed_answer(c) for c in batch['completions']]
@@ -572,6 +590,8 @@ def micro_batches(batch):
         def cut(k, v):
             return v[:, P - p:] if k.startswith('prompt') else v[:, :c] if v.dim() == 2 else v
         mbs.append({k: cut(k, v[rows]).to(device) for k, v in batch.items() if torch.is_tensor(v)})
+    if fsdp:  # every rank as many forwards and backwards: FSDP gathers and reduce-scatters in each
+        mbs = even_micro_batches(mbs)
     real_prompts = sum(prompt_len[g * G] for rows in packs for g in {i // G for i in rows})
     real = real_prompts + sum(completion_len)
     return mbs, real, 1 - real / sum(tokens(rows) for rows in packs)
@@ -593,6 +613,8 @@ def score(mbs):
         for mb in mbs if net is not None else []:
             out = unwrapped(net)(*score_args(mb))
             mb[key] = out if key == 'old_values' else out[0]
+        if fsdp and net is not None:  # FSDP2 keeps a root gathered after a forward until its
+            net.reshard()             # backward: the reference's would stay whole all run
 
 loss_hp = dict(eps_low=eps_low, eps_high=eps_high, max_new_tokens=max_new_tokens, tau_pos=tau_pos,
                tau_neg=tau_neg, cispo_eps_high=cispo_eps_high, clip_cov_ratio=clip_cov_ratio,
@@ -708,7 +730,8 @@ def step_record(step, batch, reward_parts, lengths, trained, sums, update, mbs, 
         # real tokens through the body (a shared prompt once) and through the LM head, all passes
         'train_tokens': totals['body_tokens'] * num_iterations,
         'train_completion_tokens': totals['head_tokens'] * num_iterations,
-        'tokens_per_second': update['num_tokens'] * num_iterations / seconds['train_seconds'],
+        # completion tokens through the update (the trained rows, after masking), all passes
+        'tokens_per_second': totals['head_tokens'] * num_iterations / seconds['train_seconds'],
         'peak_memory_gib': peak_memory() / 2**30,
         'pad_frac': pad_frac,
         'pad_frac_unpacked': 1 - real_tokens / full_width,
@@ -745,7 +768,11 @@ def log_eval(step):
     if not eval_interval or (step % eval_interval and step != max_iters):
         return
     t0 = time.time()
-    record = {'step': step, **evaluate(), 'eval/seconds': time.time() - t0}
+    # on an RNG stream of its own (HF engine): an eval, such as the one that ends a run stopped
+    # early, leaves the training samples as they were, so that a resume is exact
+    with torch.random.fork_rng(devices=[device] if device.startswith('cuda') else []):
+        torch.manual_seed(seed + rank + 1_000_003 * (step + 1))
+        record = {'step': step, **evaluate(), 'eval/seconds': time.time() - t0}
     log(record)
     k = eval_samples
     if master:
@@ -857,7 +884,8 @@ signal.signal(signal.SIGINT, request_stop)
 
 def rng_state():
     return {'python': random.getstate(), 'torch': torch.get_rng_state(),
-            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+            # this rank's GPU only: a resume may see fewer GPUs (get_rng_state_all: one per GPU)
+            'cuda': torch.cuda.get_rng_state(device) if device.startswith('cuda') else None}
 
 def checkpoint_and_maybe_stop(steps_done):
     """Checkpoint when due (every ckpt_interval steps, at the end, on a stop request on any rank);
@@ -902,8 +930,8 @@ if resume:
     if rank < len(state['rng']):
         random.setstate(state['rng'][rank]['python'])
         torch.set_rng_state(state['rng'][rank]['torch'])
-        if torch.cuda.is_available() and state['rng'][rank]['cuda'] is not None:
-            torch.cuda.set_rng_state_all(state['rng'][rank]['cuda'])
+        if device.startswith('cuda') and state['rng'][rank]['cuda'] is not None:
+            torch.cuda.set_rng_state(state['rng'][rank]['cuda'], device)
     if master:
         print(f"resumed from {ckpt_dir} at step {start_step}"
               + (f" (saved by {len(state['rng'])} ranks, now {world_size})"
@@ -966,11 +994,9 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
             sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args,
                                       num_iterations, vf_clip, counts['tokens'], grad_clip,
                                       world_size, isinstance(critic_scorer, DDP)))
-    update['num_tokens'] = counts['tokens']
 
     # --- sync the new weights into the sampler
     with timed('sync'):
-        wake(engine)
         sync_weights(engine, model)
 
     # --- log: sums over ranks, then means; the guards; a run of non-finite steps aborts
@@ -985,10 +1011,10 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
     if checkpoint_and_maybe_stop(step + 1):
         break
 
+shutdown(engine)  # vLLM first: its process groups hang off the default one
+if ddp and dist.is_initialized():  # vLLM 0.32's shutdown destroys it, 0.33's does not
+    dist.destroy_process_group()
 if abort_message:
     raise SystemExit(abort_message)
 if master:
     summary()
-
-if ddp and rollout_engine != 'vllm':  # a vLLM engine tears the process groups down itself, at exit
-    dist.destroy_process_group()

@@ -3,6 +3,5 @@
 exec(open('config/gpu_base.py').read())
 out_dir = 'out/dr_grpo'
 loss_type = 'dr_grpo'
-adv_scale = 'none'
 eps_low, eps_high = 0.2, 0.2
 learning_rate = 4e-6               # its per-token weights are smaller (seed 000: "compensated by the learning rate")

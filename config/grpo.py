@@ -2,5 +2,4 @@
 exec(open('config/gpu_base.py').read())
 out_dir = 'out/grpo'
 loss_type = 'grpo'
-adv_scale = 'group'
 eps_low, eps_high = 0.2, 0.2

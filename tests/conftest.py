@@ -1,6 +1,41 @@
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 MODEL_DIR = os.path.join(ROOT, "models", "smollm2", "hf")
+SMALL_MODEL_DIR = os.path.join(ROOT, "models", "smollm2", "hf-2layers")
+# the body dtypes a dtype-sensitive test runs in, on every machine: 'auto' takes bf16 only where the
+# CPU has bf16 matmuls (AVX512-BF16, AMX), so each path would otherwise go untested somewhere
+DTYPES = ["float32", "bfloat16"]
+
+
+@pytest.fixture(scope="session")
+def small_model():
+    """The offline model cut to its first 2 of 30 decoder layers (the same tokenizer, embeddings,
+    final norm and head): a real model whose samples depend on the RNG and the weights, for the
+    tests that run in both dtypes, bf16 included where it is emulated (~60x slower than fp32 on an
+    AVX2-only CPU; 2 layers make that affordable). Built once into models/smollm2/hf-2layers."""
+    done = os.path.join(SMALL_MODEL_DIR, "DONE")
+    if not os.path.exists(done):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        model = AutoModelForCausalLM.from_pretrained(MODEL_DIR)
+        model.model.layers = model.model.layers[:2]
+        model.config.num_hidden_layers = 2
+        model.save_pretrained(SMALL_MODEL_DIR)
+        AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(SMALL_MODEL_DIR)
+        open(done, "w").close()
+    return SMALL_MODEL_DIR
+
+
+def parity_reward(tmp_path, never=None):
+    """A config file (its path) that replaces the arithmetic verifier: an answer is right when its
+    length in characters is even, so that, whatever the model samples, a group of G agrees with
+    probability 2 / 2**G (live groups almost surely); the answer `never` of a data row is never
+    right (its groups are surely degenerate)."""
+    path = tmp_path / "parity_reward.py"
+    path.write_text("import rewards\nrewards.REWARDS['arithmetic'] = lambda completion, answer: "
+                    f"0.0 if answer == {never!r} else float(len(completion) % 2 == 0)\n")
+    return str(path)

@@ -10,12 +10,20 @@ With PARALLEL='fsdp' the split step runs under FSDP2 instead of DDP, sharded as 
 shards (fully_shard on each decoder layer, then on the Scorer), with no no_sync: every micro-batch's
 gradients are reduce-scattered into the shards.
 
+The ranks' shares differ as train.py's do: rank 0 one group, rank 1 two (a dynamic-sampling
+surplus), packed into 1 and 4 micro-batches (the single process: 6), one group's rows sharing
+their prompt (model.completion_hidden's shared-prompt path) and the others not; under FSDP
+model.even_micro_batches pads rank 0 to 4 (without it the ranks' collectives would not match).
+Variants without a critic add a KL penalty to a reference model (beta > 0: its no-grad pass, and
+FSDP's root resharded after it, as train.py's score does).
+
 The split step's optimizer state is then saved by every rank (model.save_optimizers: DCP, each
 FSDP rank its shards) and loaded into unsharded optimizers (model.load_optimizers): it must equal
 the state of the single-process step, as a resume on another world size or layout needs.
 
     torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH [PARALLEL]"""
 import contextlib
+import datetime
 import os
 import sys
 
@@ -29,11 +37,12 @@ from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassificat
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from critic import critic_advantages, critic_update, vapo_nll  # noqa: E402
 from losses import CRITIC_LOSS_TYPES, group_advantages, policy_loss  # noqa: E402
-from model import Scorer, completion_values, load_optimizers, save_optimizers  # noqa: E402
+from model import (Scorer, completion_values, even_micro_batches, load_optimizers,  # noqa: E402
+                   save_optimizers)
 
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
-dist.init_process_group("gloo")
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))  # a mismatch fails fast
 rank, world = dist.get_rank(), dist.get_world_size()
 CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -45,16 +54,20 @@ def tiny(cls, seed):
     return cls(CFG)
 
 
-# fixed samples: 8 completions (2 groups of 4) of different lengths, prompts of 5 tokens
+# fixed samples: 12 completions (3 groups of 4) of different lengths, prompts of 5 tokens; group
+# 0's answers share one prompt (as a real group's do), groups 1 and 2 have one prompt per row
 g = torch.Generator().manual_seed(1)
-B, P, C, G = 8, 5, 7, 4
-batch = {'prompt_ids': torch.randint(1, 64, (B, P), generator=g),
+B, P, C, G = 12, 5, 7, 4
+prompt_ids = torch.randint(1, 64, (B, P), generator=g)
+prompt_ids[:G] = prompt_ids[0]
+batch = {'prompt_ids': prompt_ids,
          'prompt_mask': torch.ones(B, P, dtype=torch.long),
          'completion_ids': torch.randint(1, 64, (B, C), generator=g),
          'completion_mask': (torch.arange(C)[None]
-                             < torch.tensor([7, 2, 5, 3, 6, 1, 4, 7])[:, None]).float(),
-         'rewards': torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.3, 1.0, 0.7])}
+                             < torch.tensor([7, 2, 5, 3, 6, 1, 4, 7, 3, 5, 2, 6])[:, None]).float(),
+         'rewards': torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.3, 1.0, 0.7, 0.2, 0.0, 1.0, 0.5])}
 batch['correct'] = (batch['rewards'] > 0.5).float()
+BETA = 0.0 if loss_type in CRITIC_LOSS_TYPES else 0.05  # the critic's KL is a reward instead
 
 
 def args_of(mb):
@@ -77,7 +90,7 @@ def flat(params):  # FSDP's shards gathered whole
                       for p in params])
 
 
-def one_step(rows, ddp, micro=2):
+def one_step(rows, ddp, micro):
     def reduce_sum(x):  # train.py's: a dict of numbers summed over ranks
         if not ddp:
             return x
@@ -96,6 +109,18 @@ def one_step(rows, ddp, micro=2):
                          'positive': (mine['completion_mask']
                                       * mine['correct'][:, None]).sum().item()})
     mbs = [{k: v[i:i + micro] for k, v in mine.items()} for i in range(0, len(rows), micro)]
+    if ddp and parallel == 'fsdp':
+        mbs = even_micro_batches(mbs)
+    if BETA > 0:  # the reference model's no-grad pass
+        ref = wrap(Scorer(tiny(LlamaForCausalLM, 2)), ddp)
+        with torch.no_grad():
+            for mb in mbs:
+                mb['ref_logp'] = (ref.module if isinstance(ref, DDP) else ref)(*args_of(mb))[0]
+        if ddp and parallel == 'fsdp':
+            embed = ref.model.model.embed_tokens
+            assert not isinstance(embed.weight, DTensor)  # FSDP2 keeps the root gathered ...
+            ref.reshard()
+            assert isinstance(embed.weight, DTensor)      # ... until train.py's score reshards it
     critic = None
     if loss_type in CRITIC_LOSS_TYPES:
         critic = tiny(LlamaForTokenClassification, 1)
@@ -113,7 +138,8 @@ def one_step(rows, ddp, micro=2):
             logp, _ = scorer(*args_of(mb))
             loss, _ = policy_loss(loss_type, logp, logp.detach(), mb['advantages'],
                                   mb['completion_mask'], num_tokens=counts['tokens'],
-                                  num_seqs=counts['seqs'], max_new_tokens=C)
+                                  num_seqs=counts['seqs'], max_new_tokens=C,
+                                  ref_logp=mb.get('ref_logp'), beta=BETA)
             if loss_type == 'vapo':
                 loss = loss + 0.1 * vapo_nll(logp, mb, counts['positive'])
             (loss * (world if ddp else 1)).backward()
@@ -150,13 +176,15 @@ def start():
     return torch.cat(params)
 
 
-# rank r: a contiguous share of the batch (whole groups, as train.py's sharding of prompts gives it)
-shard = list(range(rank * B // world, (rank + 1) * B // world))
-split, split_optimizers = one_step(shard, ddp=True)
+# rank 0: group 0 in one micro-batch, rank 1: groups 1 and 2 in four (whole groups, as train.py's
+# sharding of prompts gives them)
+assert world == 2
+shard = list(range(G)) if rank == 0 else list(range(G, B))
+split, split_optimizers = one_step(shard, ddp=True, micro=G if rank == 0 else 2)
 # the split step's optimizer state, saved by every rank (its shards under FSDP), loaded into
 # unsharded optimizers on every rank: it must be the state of the whole-batch step in one process
 save_optimizers(out_path + '.optimizer', split_optimizers)
-whole, whole_optimizers = one_step(list(range(B)), ddp=False)
+whole, whole_optimizers = one_step(list(range(B)), ddp=False, micro=2)
 loaded = fresh_optimizers()
 load_optimizers(out_path + '.optimizer', loaded)
 if rank == 0:

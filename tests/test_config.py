@@ -39,12 +39,15 @@ BAD = [
      "tis_mode='token_truncate' corrects for the sampler's"),
     (["--parallel=zero3"], "parallel='zero3'; valid: ddp, fsdp"),
     (["--parallel=fsdp", "--rollout_engine=hf"], "parallel='fsdp' needs rollout_engine='vllm'"),
+    (["--dtype=float16"], "dtype='float16' trains without a gradient scaler (small gradients "
+                          "underflow to 0): use 'bfloat16' where the hardware has it, else 'float32'"),
+    (["--dtype=fp32"], "dtype='fp32'; valid: auto, float32, bfloat16"),
 ]
 
 
 @pytest.mark.parametrize("args, expected", BAD, ids=[" ".join(args) for args, _ in BAD])
 def test_bad_config_is_one_clear_line(checked, args, expected):
-    status, out, err = checked[tuple(args)]
+    status, out, err, _ = checked[tuple(args)]
     assert status == 2, err[-2000:]
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
@@ -92,6 +95,10 @@ VALID = [[NO_MODEL], ["--init_from=resume"], ["--init_from=owner/name"],  # a hu
          [NO_MODEL, "--entropy_coef=-0.01"],  # entropy minimisation
          [NO_MODEL, "--eval_interval=0", "--eval_samples=0", "--eval_problems=0"],
          [NO_MODEL, "--value_warmup_steps=0", "--ckpt_interval=-1", "--max_iters=0"]]
+# the advantage's scale: the variant's default (VARIANTS' adv), an explicit adv_scale still wins
+ADV_SCALES = [([NO_MODEL, "--loss_type=dr_grpo"], "none"), ([NO_MODEL, "--loss_type=dapo"], "group"),
+              ([NO_MODEL, "--loss_type=dr_grpo", "--adv_scale=batch"], "batch")]
+VALID += [args for args, _ in ADV_SCALES]
 
 # train.py from the top to the end of its checks section (all that runs before data and model
 # load), once per argv, in one process: a train.py start costs ~5 s of imports, 80 of them minutes
@@ -105,20 +112,22 @@ results = []
 for argv in json.loads(sys.argv[1]):
     sys.argv = ['train.py', *argv]
     out, err = io.StringIO(), io.StringIO()
+    config = {'__name__': '__main__', '__file__': 'train.py'}
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            exec(head, {'__name__': '__main__', '__file__': 'train.py'})
+            exec(head, config)
             status = 0
         except SystemExit as e:
             status = e.code
-    results.append((status, out.getvalue(), err.getvalue()))
+    results.append((status, out.getvalue(), err.getvalue(), config.get('adv_scale')))
 print(json.dumps(results))
 """
 
 
 @pytest.fixture(scope="module")
 def checked():
-    """{argv: (exit status, stdout, stderr)} of train.py's checks for VALID, BAD and RANGES."""
+    """{argv: (exit status, stdout, stderr, adv_scale after the checks)} of train.py's checks for
+    VALID, BAD and RANGES."""
     # VALID first: any import noise lands there
     cases = VALID + [args for args, _ in BAD] + [[arg] for arg, _ in RANGES]
     offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # 'owner/name' is valid with the hub on
@@ -132,7 +141,7 @@ def checked():
 @pytest.mark.parametrize("arg, valid", RANGES, ids=[arg[2:] for arg, _ in RANGES])
 def test_out_of_range_is_one_config_error(checked, arg, valid):
     key, _, value = arg[2:].partition("=")
-    status, out, err = checked[(arg,)]
+    status, out, err, _ = checked[(arg,)]
     expected = f"config error: {key}={ast.literal_eval(value)!r} must be {valid}\n"
     assert (status, err) == (2, expected)
     assert all(line.startswith("Overriding") for line in out.splitlines()), out
@@ -140,8 +149,15 @@ def test_out_of_range_is_one_config_error(checked, arg, valid):
 
 @pytest.mark.parametrize("args", VALID, ids=" ".join)
 def test_in_range_passes_the_checks(checked, args):
-    status, out, err = checked[tuple(args)]
+    status, out, err, _ = checked[tuple(args)]
     assert status == 0, err
+
+
+@pytest.mark.parametrize("args, scale", ADV_SCALES, ids=[" ".join(a[1:]) for a, _ in ADV_SCALES])
+def test_the_advantage_scale_is_the_variants_unless_set(checked, args, scale):
+    """--loss_type=dr_grpo alone is the whole of Dr. GRPO: no std division (it used to keep
+    adv_scale='group', and only config/dr_grpo.py set 'none')."""
+    assert checked[tuple(args)][3] == scale
 
 
 @pytest.mark.parametrize("arg, error", [

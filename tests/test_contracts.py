@@ -374,3 +374,23 @@ def test_every_plotted_key_is_logged(tmp_path):
     plotted = {k for keys in plot.FIGURES.values() for k in keys} | set(plot.SUMMARY)
     unlogged = sorted(plotted - set(record))
     assert plotted and not unlogged, f"plot.py plots keys train.py never logs: {unlogged}"
+
+
+# -----------------------------------------------------------------------------
+# FSDP's filler micro-batch (model.even_micro_batches): a row whose completion_mask is 0
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_a_row_with_no_completion_token_adds_nothing(loss_type):
+    """Every variant, with the KL, the entropy bonus and TIS on: the loss is exactly 0, its gradient
+    exactly 0 (finite: no 0 / 0 anywhere) and every statistic 0, whatever the padding holds. A
+    rank with fewer micro-batches than another runs such fillers under FSDP, so that the ranks'
+    collectives match without changing the step."""
+    logp, old, adv, mask, ref, ent, rollout = batch1()
+    mask = torch.zeros_like(mask)
+    loss, stats = policy_loss(loss_type, logp, old, adv, mask, num_tokens=NUM_TOKENS,
+                              num_seqs=NUM_SEQS, max_new_tokens=MAX_NEW, ref_logp=ref, entropy=ent,
+                              rollout_logp=rollout, beta=0.1, entropy_coef=0.05,
+                              tis_mode="token_truncate", clip_cov_ratio=0.5, kl_cov_ratio=0.5)
+    loss.backward()
+    assert loss.item() == 0 and torch.equal(logp.grad, torch.zeros_like(logp))
+    assert stats.pop("n_tokens") == 0 and all(v == 0 for v in stats.values()), stats

@@ -10,9 +10,10 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, parity_reward
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+# --standalone: a rendezvous on a free port of its own, so that two runs on one machine never meet
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
 def torchrun(*args, timeout=900):
@@ -33,7 +34,10 @@ def records(out_dir):
 def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale, parallel):
     """ppo / vapo: the critic's advantages (whitened over both ranks' tokens) and its update
     included; adv_scale='batch': the std is over both ranks' rewards. fsdp: the policy (and the
-    critic) sharded by FSDP2 over the two ranks, tied embeddings included."""
+    critic, and the reference model) sharded by FSDP2 over the two ranks, tied embeddings
+    included. The ranks hold 4 and 8 rows in 1 and 4 micro-batches, shared prompts and not: under
+    FSDP, before model.even_micro_batches, the ranks' collectives did not match ("Received data
+    size doesn't match expected size")."""
     out = str(tmp_path / "update.pt")
     torchrun("tests/ddp_update.py", loss_type, adv_scale, out, parallel, timeout=300)
     result = torch.load(out)
@@ -85,10 +89,13 @@ def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp
 def test_skip_zero_adv_when_one_rank_has_no_live_group(tmp_path):
     """Without dynamic sampling, rank 1's groups all have advantage 0: skip_zero_adv leaves it one
     group (zero gradient) so that its backward meets rank 0's in DDP's all-reduce; the steps finish,
-    fewer rows trained."""
+    fewer rows trained. Rank 0's answers score by the parity of their length, whatever the model
+    samples: a group of 8 agrees with probability 1/128."""
     data = rank_1_all_wrong(tmp_path)
+    parity = parity_reward(tmp_path, never="-12345")
     out_dir = str(tmp_path / "run")
-    torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}",
+    torchrun("train.py", "config/cpu_demo.py", parity, f"--out_dir={out_dir}",
+             f"--data_dir={data}",
              "--rollout_engine=hf", "--prompts_per_step=4", "--group_size=8", "--max_new_tokens=16",
              "--eval_interval=0", "--ckpt_interval=-1", "--max_iters=2", timeout=600)
     steps = records(out_dir)
@@ -124,8 +131,10 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
     1. DDP on two "nodes" of one rank each (the multi-node launch): steps 1-2, evals, a checkpoint;
     2. resumed by one torchrun of 2 ranks with parallel='fsdp': the optimizer state saved by the DDP
        ranks goes into FSDP's shards; step 3 (with a KL penalty: the reference model is sharded
-       too), its weights gathered whole into each engine at the sync and into an HF folder at the
-       checkpoint, the optimizer's shards written by each rank;
+       too; dynamic sampling and micro-batches of 64 tokens: the ranks pack different
+       numbers of micro-batches; one eval problem: rank 1 has none), its weights gathered whole
+       into each engine at the sync and into an HF folder at the checkpoint, the optimizer's
+       shards written by each rank;
     3. resumed by one plain process (another world size, unsharded): step 4.
     entropy_coef gives every step a gradient, so an engine that did not get the new weights would
     drift from the trainer (rollout_mismatch; the no-op sync of test_train's guard test makes it
@@ -140,7 +149,12 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
     meta = json.load(open(os.path.join(ckpt, "meta.json")))
     assert meta["step"] == 2 and meta["world"] == {"world_size": 2, "fsdp": False}
 
-    result = torchrun(*tiny, "--max_iters=3", "--init_from=resume", "--parallel=fsdp", "--beta=0.1")
+    # dynamic sampling's live groups from a reward by the parity of the answer's length (whatever
+    # the model samples: entropy_coef has made it ramble by step 3)
+    parity = parity_reward(tmp_path)
+    result = torchrun(*tiny, parity, "--max_iters=3", "--init_from=resume", "--parallel=fsdp",
+                      "--beta=0.1", "--dynamic_sampling=True", "--max_tokens_per_micro=64",
+                      "--eval_problems=1")
     assert "resumed from" in result.stdout
     meta = json.load(open(os.path.join(ckpt, "meta.json")))
     assert meta["step"] == 3 and meta["world"] == {"world_size": 2, "fsdp": True}

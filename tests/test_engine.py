@@ -201,3 +201,17 @@ def test_vllm_truncation_is_its_finish_reason():
     batch = generate(engine, tokenizer, [[1, 2, 3]], len(samples), 2, 1.0)
     assert batch["truncated"].tolist() == [False, False, True]
     assert batch["completion_ids"].tolist() == [ids for ids, _ in samples]
+
+
+@pytest.mark.parametrize("kind", ["hf", "vllm"])
+def test_no_prompt_is_an_empty_batch(kind):
+    """An eval rank with no problem (fewer problems than ranks: aime24 has 30) gets an empty batch
+    of the usual layout, whose sums are zeros; generate used to raise on it, and the other ranks
+    then hung in the next collective."""
+    _, tokenizer, _ = two_eos_model()
+    engine = {"kind": kind, "llm": FakeLLM([])}  # the engine is never asked
+    batch = generate(engine, tokenizer, [], 4, 8, 1.0)
+    assert batch["prompt_ids"].shape == batch["prompt_mask"].shape == (0, 0)
+    assert batch["completion_ids"].shape == batch["completion_mask"].shape == (0, 1)
+    assert batch["truncated"].shape == (0,) and batch["completions"] == []
+    assert batch["completion_mask"].sum().item() == 0 and batch["rollout_logp"] is None

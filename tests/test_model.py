@@ -3,6 +3,7 @@ checkpointing and a group's shared prompt forward change nothing but memory and 
 token-budget micro-batches change nothing but speed."""
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import ROOT
+from conftest import ROOT, parity_reward
 from model import HeadLogprobs, completion_logprobs
 
 
@@ -162,12 +163,38 @@ def test_skipping_zero_advantage_groups_changes_nothing_but_work(tmp_path):
     """The same step with and without skip_zero_adv: groups whose 4 answers all scored the same
     (advantage 0) contribute nothing to the loss or gradient of GRPO or DAPO, so skipping their forward and
     backward leaves loss and gradient norm as they were (the token denominators still count them),
-    with fewer tokens through the body."""
-    full = run_step(tmp_path / "full", "--skip_zero_adv=False", "--max_new_tokens=24")
-    skip = run_step(tmp_path / "skip", "--max_new_tokens=24")
+    with fewer tokens through the body. Both kinds of group whatever the model samples: 4 of the 8
+    prompts can never be answered right, the others score their answers by the parity of their
+    length (a group of 4 agrees with probability 1/8; all 4 agree: 2e-4)."""
+    rows = [json.loads(line)
+            for line in open(os.path.join(ROOT, "data", "arithmetic", "train.jsonl"))][:40]
+    order = list(range(len(rows)))
+    random.Random(0).shuffle(order)  # train.py's order for seed=0: the step's 8 prompts come first
+    for position in (1, 3, 5, 7):
+        rows[order[position]]["answer"] = "never"
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "test.jsonl").write_text((data / "train.jsonl").read_text())
+    parity = parity_reward(tmp_path, never="never")
+    args = [parity, f"--data_dir={data}", "--prompts_per_step=8", "--max_new_tokens=12"]
+    full = run_step(tmp_path / "full", *args, "--skip_zero_adv=False")
+    skip = run_step(tmp_path / "skip", *args)
     assert full["reward"] == skip["reward"] and full["trained_frac"] == 1.0
     # some groups skipped, some trained
     assert 0 < skip["trained_frac"] < 1, skip["trained_frac"]
     assert skip["loss"] == pytest.approx(full["loss"], rel=1e-5, abs=1e-7) and skip["loss"] != 0
     assert skip["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-4)
     assert skip["train_tokens"] < full["train_tokens"]
+    # the speed counts what went through the update (it counted the skipped groups' tokens too)
+    assert skip["tokens_per_second"] == pytest.approx(
+        skip["train_completion_tokens"] / skip["train_seconds"])
+
+
+def test_bf16_in_hardware_on_a_gpu_means_ampere_or_newer(monkeypatch):
+    """torch.cuda.is_bf16_supported() also counts emulation (V100, T4: compute capability 7.x),
+    where bf16 is slow and vLLM refuses it: dtype='auto' must take fp32 there."""
+    from model import native_bf16
+    for capability, native in [((7, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        assert native_bf16("cuda:0") == native, capability
