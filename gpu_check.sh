@@ -49,7 +49,7 @@ SMALL="config/cpu_demo.py --init_from=$OUT/model --rollout_engine=hf --prompts_p
     --entropy_coef=0.01 --learning_rate=1e-3"
 for launcher in "$PYTHON" "$PYTHON -m torch.distributed.run --standalone --nproc_per_node=1"; do
     echo "-- $launcher train.py: 4 steps, then 2 + a resume for 2"
-    dir="$OUT/$(echo "$launcher" | grep -q torchrun && echo ddp || echo plain)"
+    dir="$OUT/$(echo "$launcher" | grep -q distributed.run && echo ddp || echo plain)"
     $launcher train.py $SMALL --out_dir="$dir/full" --max_iters=4 --ckpt_interval=-1
     $launcher train.py $SMALL --out_dir="$dir/resumed" --max_iters=2
     $launcher train.py $SMALL --out_dir="$dir/resumed" --max_iters=4 --init_from=resume
