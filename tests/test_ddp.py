@@ -131,7 +131,7 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
     1. DDP on two "nodes" of one rank each (the multi-node launch): steps 1-2, evals, a checkpoint;
     2. resumed by one torchrun of 2 ranks with parallel='fsdp': the optimizer state saved by the DDP
        ranks goes into FSDP's shards; step 3 (with a KL penalty: the reference model is sharded
-       too; dynamic sampling and micro-batches of 64 tokens: the ranks pack different
+       too; dynamic sampling and micro-batches of 128 tokens, a group each: the ranks pack different
        numbers of micro-batches; one eval problem: rank 1 has none), its weights gathered whole
        into each engine at the sync and into an HF folder at the checkpoint, the optimizer's
        shards written by each rank;
@@ -153,7 +153,7 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
     # the model samples: entropy_coef has made it ramble by step 3)
     parity = parity_reward(tmp_path)
     result = torchrun(*tiny, parity, "--max_iters=3", "--init_from=resume", "--parallel=fsdp",
-                      "--beta=0.1", "--dynamic_sampling=True", "--max_tokens_per_micro=64",
+                      "--beta=0.1", "--dynamic_sampling=True", "--max_tokens_per_micro=128",
                       "--eval_problems=1")
     assert "resumed from" in result.stdout
     meta = json.load(open(os.path.join(ckpt, "meta.json")))

@@ -66,41 +66,44 @@ def start_and_signal(out_dir, signum, ready, *args):
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_resume_after_sigkill_or_a_stop_continues_the_same_run(tmp_path, dtype):
-    """A run resumed from its step-3 checkpoint samples exactly what the uninterrupted one sampled
+    """A run resumed from its step-2 checkpoint samples exactly what the uninterrupted one sampled
     (RNG, data position and weights restored: rewards and lengths equal; losses, gradients and
-    entropies to 1e-5), whether it was stopped at max_iters=3, whose end has an eval, or killed
-    (SIGKILL, during step 4 or 5; fp32 only: a crash is the same in both dtypes). Before the eval
+    entropies to 1e-4), whether it was stopped at max_iters=2, whose end has an eval, or killed
+    (SIGKILL, during step 3; fp32 only: a crash is the same in both dtypes). Before the eval
     drew from an RNG stream of its own it consumed the training stream, and the resumed run
     sampled other answers (issue #25: 57 of 89 logged values of steps 4-6 differed on a bf16 CPU;
-    this test then failed at step 4's loss). entropy_coef gives every step a gradient. Not bit for
-    bit: fp32 CPU kernels are not bit-deterministic run to run (multithreaded reductions; two runs
-    of the same code differed by 6e-7 relative in grad_norm), while a resume that lost the
-    optimizer state or an RNG changes these numbers by far more."""
-    common = [f"--dtype={dtype}", "--eval_interval=2", "--eval_problems=2", "--eval_samples=2",
-              "--entropy_coef=0.01", "--learning_rate=1e-3"]
+    this test then failed at the first resumed step's loss). entropy_coef gives every step a
+    gradient. Not bit for bit: fp32 CPU kernels are not bit-deterministic run to run
+    (multithreaded reductions), and 4 steps at lr 1e-3 grow that noise (grad_norm 1.1e-5 relative
+    apart at step 4, seen once in 4 runs), while a resume that lost the optimizer state or an RNG
+    changes these numbers by percents (the eval's: 19 % of step 3's loss in bf16)."""
+    # evals at 0, 3 and 4 (the end); a run stopped at max_iters=2 has one more, at 2
+    common = [f"--dtype={dtype}", "--max_iters=4", "--eval_interval=3", "--eval_problems=2",
+              "--eval_samples=2", "--entropy_coef=0.01", "--learning_rate=1e-3"]
     full, killed, stopped = (str(tmp_path / name) for name in ("full", "killed", "stopped"))
     run(f"--out_dir={full}", "--ckpt_interval=-1", *common)  # the reference: its log only
     resumed = [stopped] + ([killed] if dtype == "float32" else [])
-    if killed in resumed:  # killed as soon as its step-3 checkpoint is complete
-        code, _, _ = start_and_signal(killed, signal.SIGKILL, lambda d: checkpoint_step(d) >= 3,
-                                      "--ckpt_interval=3", *common)
-        assert code == -signal.SIGKILL and checkpoint_step(killed) == 3
-    run(f"--out_dir={stopped}", "--max_iters=3", *common)
+    if killed in resumed:  # killed as soon as its step-2 checkpoint is complete
+        code, _, _ = start_and_signal(killed, signal.SIGKILL, lambda d: checkpoint_step(d) >= 2,
+                                      "--ckpt_interval=2", *common)
+        assert code == -signal.SIGKILL and checkpoint_step(killed) == 2
+    run(f"--out_dir={stopped}", *common, "--max_iters=2")
     for out_dir in resumed:
-        result = run(f"--out_dir={out_dir}", "--init_from=resume", "--ckpt_interval=3", *common)
-        assert "resumed from" in result.stdout and "at step 3" in result.stdout
+        result = run(f"--out_dir={out_dir}", "--init_from=resume", "--ckpt_interval=2", *common)
+        assert "resumed from" in result.stdout and "at step 2" in result.stdout
     a = steps(full)
     assert all(a[step]["grad_norm"] > 0 for step in a)
     for out_dir in resumed:
         b = steps(out_dir)
-        assert sorted(b) == [1, 2, 3, 4, 5, 6]
-        for step in (4, 5, 6):
+        assert sorted(b) == [1, 2, 3, 4]
+        for step in (3, 4):
             for key in ("reward", "completion_len"):
                 assert a[step][key] == b[step][key], (out_dir, step, key, a[step][key], b[step][key])
             for key in ("loss", "grad_norm", "entropy"):
-                assert a[step][key] == pytest.approx(b[step][key], rel=1e-5, abs=1e-7), (step, key)
+                assert a[step][key] == pytest.approx(b[step][key], rel=1e-4, abs=1e-7), (step, key)
 
 
 def test_sigterm_finishes_the_step_checkpoints_and_exits_cleanly(tmp_path):
