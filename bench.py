@@ -127,15 +127,17 @@ def child_score(impl, vocab, tokens, hidden_size=576):
 
 def child_rollout():
     from model import load_model
-    from rollout import encode_prompts, generate, init_engine
+    from rollout import encode_prompts, generate, init_engine, make_batch
     model, tokenizer = load_model(MODEL)
     rows = [json.loads(line) for line in open('data/arithmetic/train.jsonl')][:16]
     prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
     out = {}
     for kind in ('vllm', 'hf'):
         engine = init_engine(kind, MODEL, gpu_memory_utilization=0.3)
-        run = lambda: generate(engine, tokenizer, prompt_ids, 8, 64, 1.0, model=model.to(device),
-                               autocast_dtype=torch.bfloat16)
+        # timed as the trainer rolls out: sampling, then padding into its batch
+        run = lambda: make_batch(generate(engine, tokenizer, prompt_ids, 8, 64, 1.0,
+                                          model=model.to(device), autocast_dtype=torch.bfloat16),
+                                 tokenizer.pad_token_id)
         generate(engine, tokenizer, prompt_ids[:2], 2, 8, 1.0, model=model.to(device),
                  autocast_dtype=torch.bfloat16)
         t0 = time.time()
@@ -149,12 +151,13 @@ def child_rollout():
 def floor_batch(model, tokenizer, prompts=2, samples=4, max_new_tokens=16, seed=0):
     """`samples` answers to each of the first `prompts` training problems, drawn from model by HF
     generate at T = 1 in fp32 (seeded), in the trainer's batch layout (rollout.make_batch)."""
-    from rollout import encode_prompts, generate
+    from rollout import encode_prompts, generate, make_batch
     rows = [json.loads(line) for line in open('data/arithmetic/train.jsonl')][:prompts]
     torch.manual_seed(seed)
-    return generate({'kind': 'hf'}, tokenizer,
-                    encode_prompts(tokenizer, [r['prompt'] for r in rows]), samples,
-                    max_new_tokens, 1.0, model=model, autocast_dtype=None)
+    return make_batch(generate({'kind': 'hf'}, tokenizer,
+                               encode_prompts(tokenizer, [r['prompt'] for r in rows]), samples,
+                               max_new_tokens, 1.0, model=model, autocast_dtype=None),
+                      tokenizer.pad_token_id)
 
 
 def ratio_floor(model, batch, lr, autocast_dtype=torch.bfloat16, eps=0.2):

@@ -6,15 +6,15 @@ GRPO's baseline is the group mean of the rewards; PPO (seed 003) learns one inst
 completion token, and turns the outcome reward into per-token advantages with GAE. VAPO (ByteDance Seed,
 2025) keeps PPO and fixes the critic's own diseases: value pre-training before the policy moves (sec. 3.1),
 decoupled GAE with a length-adaptive lambda for the policy (sec. 3.2), and an NLL loss on correct answers
-(sec. 3.4). The value model is the policy's base network with a scalar head (model.load_critic).
+(sec. 3.4, a term of the policy loss: losses.vapo_nll). The value model is the policy's base network
+with a scalar head (model.load_critic).
 """
-import contextlib
 import math
 
 import torch
 
-from losses import aggregate, masked_mean
-from model import clip_grad_norm
+from losses import aggregate, masked_mean, mean_std
+from model import backward_pass, clip_grad_norm
 
 # -----------------------------------------------------------------------------
 # advantages with a critic: GAE over the completion tokens
@@ -62,11 +62,12 @@ def value_loss(values, old_values, returns, mask, vf_clip=0.5, num_tokens=None):
 # -----------------------------------------------------------------------------
 # the step's critic side: advantages before the policy's passes, the critic's own passes after them
 
-def critic_advantages(mbs, loss_type, gae_lambda, lam_alpha, beta=0.0, reduce_sum=lambda x: x):
+def critic_advantages(mbs, mode, gae_lambda, lam_alpha, beta=0.0, reduce_sum=lambda x: x):
     """Per-token advantages and the critic's targets of every micro-batch (in place:
     mb['advantages'], mb['returns'], (B, T)), from the outcome reward mb['rewards'] and the critic's
-    mb['old_values']; with beta > 0 also mb['old_logp'] and mb['ref_logp']. The advantages are
-    whitened over every token of the step, all ranks' (reduce_sum sums a dict over ranks)."""
+    mb['old_values']; with beta > 0 also mb['old_logp'] and mb['ref_logp']. mode: the variant's
+    GAE (losses.VARIANTS' critic column), 'gae' or 'decoupled'. The advantages are whitened over
+    every token of the step, all ranks' (reduce_sum sums a dict over ranks)."""
     for mb in mbs:
         mask, lengths = mb['completion_mask'], mb['completion_mask'].sum(1)
         last = (lengths.long() - 1).clamp(min=0)[:, None]
@@ -78,8 +79,9 @@ def critic_advantages(mbs, loss_type, gae_lambda, lam_alpha, beta=0.0, reduce_su
         # VAPO sec. 3.2, decoupled GAE: the critic's targets with lambda = 1 (Monte-Carlo:
         # unbiased), the policy's advantages with the length-adaptive lambda; ppo uses gae_lambda
         # for both
-        lam_policy = gae_lambda if loss_type == 'ppo' else length_adaptive_lambda(lengths, lam_alpha)
-        lam_critic = gae_lambda if loss_type == 'ppo' else 1.0
+        decoupled = mode == 'decoupled'
+        lam_policy = length_adaptive_lambda(lengths, lam_alpha) if decoupled else gae_lambda
+        lam_critic = 1.0 if decoupled else gae_lambda
         mb['advantages'] = gae(token_rewards, mb['old_values'], mask, lam_policy)[0]
         mb['returns'] = gae(token_rewards, mb['old_values'], mask, lam_critic)[1]
     # PPO: advantages whitened over the batch's tokens (zero mean, unit variance). The counts are
@@ -88,34 +90,23 @@ def critic_advantages(mbs, loss_type, gae_lambda, lam_alpha, beta=0.0, reduce_su
     sums = reduce_sum({'n': sum(mb['completion_mask'].sum().item() for mb in mbs),
                        's': sum(mb['advantages'].sum().item() for mb in mbs),
                        'sq': sum((mb['advantages'] ** 2).sum().item() for mb in mbs)})
-    n = max(sums['n'], 1)
-    mean = sums['s'] / n
-    std = max(sums['sq'] / n - mean ** 2, 0.0) ** 0.5
+    mean, std = mean_std(sums)
     for mb in mbs:
         mb['advantages'] = (mb['advantages'] - mean) / (std + 1e-8) * mb['completion_mask']
 
 
-def vapo_nll(logp, mb, num_positive_tokens):
-    """VAPO sec. 3.4: the mean NLL of the correct answers' tokens (over the step's
-    num_positive_tokens)."""
-    positive = mb['completion_mask'] * (mb['correct'] > 0)[:, None]
-    return -(logp * positive).sum() / max(num_positive_tokens, 1)
-
-
 def critic_update(scorer, optimizer, mbs, args_of, num_iterations, vf_clip, num_tokens, grad_clip,
-                  world_size=1, ddp=False):
+                  world_size=1):
     """num_iterations passes of PPO's clipped value loss over the micro-batches, each one AdamW step
     of the critic's own optimizer. scorer(*args_of(mb)) -> V (B, T). Returns the first pass's sums
     of statistics."""
+    def loss_of(mb):
+        return value_loss(scorer(*args_of(mb)), mb['old_values'], mb['returns'],
+                          mb['completion_mask'], vf_clip, num_tokens)
     sums = {}
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
-        for i, mb in enumerate(mbs):
-            # DDP: all-reduce the gradients only in the last micro-batch's backward
-            with scorer.no_sync() if ddp and i < len(mbs) - 1 else contextlib.nullcontext():
-                vloss, vstats = value_loss(scorer(*args_of(mb)), mb['old_values'], mb['returns'],
-                                           mb['completion_mask'], vf_clip, num_tokens)
-                (vloss * world_size).backward()
+        for mb, _, vstats in backward_pass(scorer, mbs, loss_of, world_size):
             if it == 0:
                 add_value_sums(sums, mb, vstats)
         norm = clip_grad_norm([p for group in optimizer.param_groups for p in group['params']],

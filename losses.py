@@ -17,13 +17,13 @@ And the baseline GRPO removed, for contrast: a learned critic with GAE advantage
 Plus three switches that work with every variant: a KL penalty to a reference model, an entropy bonus, and
 truncated importance sampling (TIS) against the rollout engine's log-probs.
 
-Top to bottom: the VARIANTS table (every per-variant fact: normalisation, default clip range, ...),
-group advantages, small helpers, one small function per variant with its paper's equation (its
-per-token objective), then policy_loss: the shared prologue, one dispatch to the variant's function,
-then TIS, KL, entropy and stats.
+Top to bottom: the VARIANTS table (every per-variant fact: normalisation, default clip range, ...)
+and the loss knobs (LOSS_HP), group advantages, small helpers, one small function per variant with
+its paper's equation (its per-token objective), then policy_loss: the shared prologue, one dispatch
+to the variant's function, then TIS, KL, entropy, VAPO's NLL and stats.
 
 Sources: the lesson "DAPO, GSPO, CISPO" (seeds/000) and the notes "From GRPO to DAPO and GSPO"
-(seeds/003). `python losses.py` re-runs the three experiments of the lesson's "Practice" section
+(seeds/003). `python practice.py` re-runs the three experiments of the lesson's "Practice" section
 with this file's functions and prints the lesson's tables, number for number. Conventions:
 B sequences, T completion positions; mask is 1 on real completion tokens, 0 on padding; the loss
 returned is the NEGATED objective (to minimise).
@@ -43,27 +43,39 @@ import torch
 #   skip_zero_adv  every loss term is proportional to A: a group with A = 0 everywhere has exactly
 #                  zero gradient, and train.py may skip it (not clip_cov / kl_cov: their token picks
 #                  and penalty depend on the whole batch; not ppo / vapo: the critic's A per token)
-#   critic         trains a value model beside the policy (critic.py)
+#   critic         the GAE of a value model trained beside the policy (critic.py): 'gae' (ppo: one
+#                  lambda for the advantages and the targets), 'decoupled' (VAPO sec. 3.2: targets
+#                  with lambda 1, advantages with a length-adaptive lambda); None: the group baseline
 #   value_warmup   the default number of critic-only steps before the policy moves
+#   nll            VAPO sec. 3.4: + lm_coef * the NLL of the correct answers' tokens (vapo_nll)
 # DAPO sec. 3.1 Clip-Higher: eps_high = 0.28 > eps_low = 0.2 (VAPO sec. 3.3 takes the same).
 # GSPO paper: 3e-4 / 4e-4 (its ratio is per answer). VAPO sec. 3.1: 50 steps of value pre-training.
-VARIANTS = {name: dict(zip(("norm", "eps", "adv", "skip_zero_adv", "critic", "value_warmup"), row))
+VARIANTS = {name: dict(zip(("norm", "eps", "adv", "skip_zero_adv", "critic", "value_warmup", "nll"),
+                          row))
             for name, *row in [  # one row per loss_type
-    # name         norm          eps           adv      skip_zero_adv  critic  value_warmup
-    ("grpo",       "seq_mean",   (0.2, 0.2),   "group", True,          False,  0),
-    ("dr_grpo",    "const_len",  (0.2, 0.2),   "none",  True,          False,  0),
-    ("dapo",       "token_mean", (0.2, 0.28),  "group", True,          False,  0),
-    ("gspo",       "seq_mean",   (3e-4, 4e-4), "group", True,          False,  0),
-    ("gspo_token", "seq_mean",   (3e-4, 4e-4), "group", True,          False,  0),
-    ("cispo",      "token_mean", (0.2, 0.2),   "group", True,          False,  0),
-    ("sapo",       "seq_mean",   (0.2, 0.2),   "group", True,          False,  0),
-    ("clip_cov",   "token_mean", (0.2, 0.2),   "group", False,         False,  0),
-    ("kl_cov",     "token_mean", (0.2, 0.2),   "group", False,         False,  0),
-    ("ppo",        "token_mean", (0.2, 0.2),   "group", False,         True,   0),
-    ("vapo",       "token_mean", (0.2, 0.28),  "group", False,         True,   50),
+    # name         norm          eps           adv      skip_zero_adv  critic       warmup  nll
+    ("grpo",       "seq_mean",   (0.2, 0.2),   "group", True,          None,        0,      False),
+    ("dr_grpo",    "const_len",  (0.2, 0.2),   "none",  True,          None,        0,      False),
+    ("dapo",       "token_mean", (0.2, 0.28),  "group", True,          None,        0,      False),
+    ("gspo",       "seq_mean",   (3e-4, 4e-4), "group", True,          None,        0,      False),
+    ("gspo_token", "seq_mean",   (3e-4, 4e-4), "group", True,          None,        0,      False),
+    ("cispo",      "token_mean", (0.2, 0.2),   "group", True,          None,        0,      False),
+    ("sapo",       "seq_mean",   (0.2, 0.2),   "group", True,          None,        0,      False),
+    ("clip_cov",   "token_mean", (0.2, 0.2),   "group", False,         None,        0,      False),
+    ("kl_cov",     "token_mean", (0.2, 0.2),   "group", False,         None,        0,      False),
+    ("ppo",        "token_mean", (0.2, 0.2),   "group", False,         "gae",       0,      False),
+    ("vapo",       "token_mean", (0.2, 0.28),  "group", False,         "decoupled", 50,     True),
 ]}
 LOSS_TYPES = tuple(VARIANTS)
 CRITIC_LOSS_TYPES = tuple(name for name, v in VARIANTS.items() if v["critic"])
+# the loss knobs, which policy_loss takes as one dict (train.py: its config keys of these names,
+# the same defaults; a test checks they agree). A knob left out takes the default here; eps_low /
+# eps_high None: the variant's (VARIANTS); beta, entropy_coef, tis_mode, lm_coef: the terms policy
+# loss adds to every variant, off by default (lm_coef: only where VARIANTS' nll is set)
+LOSS_HP = dict(eps_low=None, eps_high=None, max_new_tokens=None, tau_pos=1.0, tau_neg=1.05,
+               cispo_eps_low=None, cispo_eps_high=4.0, clip_cov_ratio=2e-4, clip_cov_lb=1.0,
+               clip_cov_ub=5.0, kl_cov_ratio=2e-3, kl_cov_coef=1.0, beta=0.0, kl_estimator="k3",
+               entropy_coef=0.0, tis_mode="none", tis_cap=2.0, lm_coef=0.1)
 TIS_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 MAX_LOG_RATIO = 20.0  # overflow guard for exp(log pi - log pi_old), as in verl
@@ -103,12 +115,20 @@ def group_advantages(rewards, group_size, scale="group", eps=1e-6, reduce_sum=la
     else:
         # scale="batch": the mean is still per group, but the std is the whole batch's, over all
         # ranks
-        sums = reduce_sum({"n": r.numel(), "s": r.sum().item(), "sq": (r ** 2).sum().item()})
-        std = max(sums["sq"] / sums["n"] - (sums["s"] / sums["n"]) ** 2, 0.0) ** 0.5
+        std = mean_std(reduce_sum({"n": r.numel(), "s": r.sum().item(),
+                                   "sq": (r ** 2).sum().item()}))[1]
     return (centred / (std + eps)).view(-1)
 
 # -----------------------------------------------------------------------------
 # small helpers the trainer can reuse
+
+def mean_std(sums):
+    """The mean and the population std of values from their sums over every rank: {'n': their
+    count, 's': their sum, 'sq': the sum of their squares} (GRPO's batch scale, PPO's whitening)."""
+    n = max(sums["n"], 1)
+    mean = sums["s"] / n
+    return mean, max(sums["sq"] / n - mean ** 2, 0.0) ** 0.5
+
 
 def masked_mean(x, mask):
     """mean of x over the positions where mask is 1 (0 if there are none)."""
@@ -317,35 +337,45 @@ def sapo(ratio, adv, tau_pos, tau_neg):
     tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), tau_neg)     # (B, T), in adv's dtype
     return torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv, {}
 
+# VAPO (ByteDance Seed, 2025): a language-model loss on the correct answers, beside the policy's
+def vapo_nll(logp, positive_mask, num_positive_tokens=None):
+    """VAPO sec. 3.4: the mean NLL of the correct answers' tokens (positive_mask (B, T): 1 there),
+    over the step's num_positive_tokens (default: this micro-batch's)."""
+    n = positive_mask.sum().item() if num_positive_tokens is None else num_positive_tokens
+    return -(logp * positive_mask).sum() / max(n, 1)
+
 # -----------------------------------------------------------------------------
 # the policy loss
 
-def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
-                eps_low=None, eps_high=None, max_new_tokens=None, tau_pos=1.0, tau_neg=1.05,
-                cispo_eps_high=4.0, cispo_eps_low=None, clip_cov_ratio=2e-4, clip_cov_lb=1.0, clip_cov_ub=5.0,
-                kl_cov_ratio=2e-3, kl_cov_coef=1.0, num_tokens=None, num_seqs=None,
-                ref_logp=None, beta=0.0, kl_estimator="k3", entropy=None, entropy_coef=0.0,
-                rollout_logp=None, tis_mode="none", tis_cap=2.0):
+def policy_loss(loss_type, logp, old_logp, advantages, mask, *, num_tokens=None, num_seqs=None,
+                ref_logp=None, entropy=None, rollout_logp=None, correct=None,
+                num_positive_tokens=None, **hp):
     """logp (with grad), old_logp, mask: (B, T); advantages: (B,) or (B, T). Returns (loss, stats):
-    the loss is -J for this micro-batch (minimise it), stats a dict of python floats. eps_low /
-    eps_high default to the variant's row of VARIANTS. num_tokens / num_seqs: global counts for
-    gradient accumulation (see aggregate). ref_logp + beta: KL penalty; entropy + entropy_coef:
-    entropy bonus; rollout_logp + tis_mode: truncated importance sampling. All three are off by
-    default."""
+    the loss is -J for this micro-batch (minimise it), stats a dict of python floats. hp: the loss
+    knobs (LOSS_HP; train.py passes its config's, one dict). num_tokens / num_seqs: global counts
+    for gradient accumulation (see aggregate). ref_logp + beta: KL penalty; entropy + entropy_coef:
+    entropy bonus; rollout_logp + tis_mode: truncated importance sampling; correct (B,) +
+    num_positive_tokens: VAPO's NLL (the variant's nll)."""
+    if unknown := set(hp) - set(LOSS_HP):
+        raise ValueError(f"unknown loss knob {', '.join(sorted(unknown))}; valid: {', '.join(LOSS_HP)}")
+    hp = {**LOSS_HP, **hp}
+    beta, tis_mode, entropy_coef = hp["beta"], hp["tis_mode"], hp["entropy_coef"]
     _check("loss_type", loss_type, LOSS_TYPES)
     _check("tis_mode", tis_mode, TIS_MODES)
-    _check("kl_estimator", kl_estimator, KL_ESTIMATORS)
+    _check("kl_estimator", hp["kl_estimator"], KL_ESTIMATORS)
     variant = VARIANTS[loss_type]
-    if variant["norm"] == "const_len" and max_new_tokens is None:
+    if variant["norm"] == "const_len" and hp["max_new_tokens"] is None:
         raise ValueError("dr_grpo divides by the constant num_seqs * max_new_tokens: pass max_new_tokens")
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp (the frozen reference model's log-probs)")
+    if variant["nll"] and hp["lm_coef"] > 0 and correct is None:
+        raise ValueError(f"{loss_type}'s NLL term needs correct (B,) (or lm_coef=0)")
     if tis_mode != "none" and rollout_logp is None:
         raise ValueError(f"tis_mode={tis_mode!r} needs rollout_logp (the rollout engine's log-probs)")
     if old_logp.shape != logp.shape or mask.shape != logp.shape or advantages.shape[0] != logp.shape[0]:
         raise ValueError("logp, old_logp, mask must be (B, T) and advantages (B,) or (B, T)")
-    eps_low = variant["eps"][0] if eps_low is None else eps_low
-    eps_high = variant["eps"][1] if eps_high is None else eps_high
+    eps_low = variant["eps"][0] if hp["eps_low"] is None else hp["eps_low"]
+    eps_high = variant["eps"][1] if hp["eps_high"] is None else hp["eps_high"]
     B, T = logp.shape
 
     # Padding must contribute neither value nor gradient, whatever garbage it holds. torch.where
@@ -381,15 +411,16 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
         obj, masks = clipped_surrogate(ratio, adv, eps_low, eps_high)
     elif loss_type == "clip_cov":
         obj, masks = clip_cov(ratio, adv, eps_low, eps_high, cov, valid, n_valid,
-                              clip_cov_ratio, clip_cov_lb, clip_cov_ub)
+                              hp["clip_cov_ratio"], hp["clip_cov_lb"], hp["clip_cov_ub"])
     elif loss_type == "kl_cov":
-        obj, masks = kl_cov(ratio, adv, log_ratio, cov, valid, n_valid, kl_cov_ratio, kl_cov_coef)
+        obj, masks = kl_cov(ratio, adv, log_ratio, cov, valid, n_valid, hp["kl_cov_ratio"],
+                            hp["kl_cov_coef"])
     elif loss_type in ("gspo", "gspo_token"):
         obj, masks = gspo(log_ratio, logp, adv, mask, eps_low, eps_high, loss_type == "gspo_token")
     elif loss_type == "cispo":
-        obj, masks = cispo(ratio, adv, logp, cispo_eps_low, cispo_eps_high)
+        obj, masks = cispo(ratio, adv, logp, hp["cispo_eps_low"], hp["cispo_eps_high"])
     else:  # "sapo"
-        obj, masks = sapo(ratio, adv, tau_pos, tau_neg)
+        obj, masks = sapo(ratio, adv, hp["tau_pos"], hp["tau_neg"])
     none = torch.zeros_like(valid)
     masks = {"clip_low": none, "clip_high": none, "selected": none, "dead": adv == 0,
              "ratio_seen": ratio.detach(), **masks}
@@ -399,19 +430,19 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
     tis_w, tis_clipped = None, None
     if tis_mode != "none":
         rollout_logp = torch.where(valid, rollout_logp, 0.0)
-        tis_w, tis_clipped = tis_weights(old_logp, rollout_logp, mask, tis_mode, tis_cap)
+        tis_w, tis_clipped = tis_weights(old_logp, rollout_logp, mask, tis_mode, hp["tis_cap"])
         obj = obj * tis_w
         dead = dead | (tis_w == 0)
 
     def agg(per_token):
-        return aggregate(per_token, mask, variant["norm"], num_tokens, num_seqs, max_new_tokens)
+        return aggregate(per_token, mask, variant["norm"], num_tokens, num_seqs, hp["max_new_tokens"])
 
     loss = -agg(obj)                                          # minimise -J
     kl = ent = None
     if beta > 0:
         # GRPO's -beta D_KL term (seed 003): + beta * KL in the loss, normalised like the policy
         # term
-        kl = kl_penalty(logp, torch.where(valid, ref_logp, 0.0), kl_estimator)
+        kl = kl_penalty(logp, torch.where(valid, ref_logp, 0.0), hp["kl_estimator"])
         loss = loss + beta * agg(kl)
     if entropy is not None:
         # entropy bonus (the lesson's entropy_coef): - entropy_coef * H in the loss, normalised like
@@ -419,6 +450,9 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
         ent = torch.where(valid, entropy, 0.0)
         if entropy_coef != 0:
             loss = loss - entropy_coef * agg(ent)
+    if variant["nll"] and hp["lm_coef"] > 0:
+        # VAPO sec. 3.4: + mu * the NLL of the correct answers' tokens
+        loss = loss + hp["lm_coef"] * vapo_nll(logp, mask * (correct > 0)[:, None], num_positive_tokens)
 
     # stats: means over this micro-batch's valid tokens; n_tokens lets callers token-weight them
     # across micro-batches
@@ -438,65 +472,3 @@ def policy_loss(loss_type, logp, old_logp, advantages, mask, *,
         values = torch.stack([masked_mean(x.to(mask.dtype), mask) for x in named.values()]).tolist()
     stats = dict(zip(named, values), n_tokens=float(n_valid))
     return loss, stats
-
-# -----------------------------------------------------------------------------
-# the oracle: the three experiments of the lesson's "Practice" section (seed 000), with the
-# functions above
-
-def practice_token_weights():
-    """1. On-policy (rho = 1) weight dJ/dlogp of the first token of answers of length 4, 12, 4,
-    12."""
-    rewards, lengths, L_max, T = torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([4, 12, 4, 12]), 16, 12
-    mask = (torch.arange(T)[None, :] < lengths[:, None]).float()                # (4, 12)
-    rows = {}
-    for label, loss_type, scale in [("GRPO", "grpo", "group"), ("DAPO", "dapo", "group"),
-                                    ("Dr. GRPO", "dr_grpo", "none")]:
-        # values do not matter: we read the gradient
-        logp = torch.zeros(4, T, requires_grad=True)
-        adv = group_advantages(rewards, group_size=4, scale=scale)
-        loss, _ = policy_loss(loss_type, logp, logp.detach(), adv, mask, max_new_tokens=L_max)
-        loss.backward()
-        # loss = -J; "0.0 -" also turns -0.0 into +0.0
-        rows[label] = (0.0 - logp.grad[:, 0]).tolist()
-    return rows
-
-
-def practice_rare_token(n_tokens=10):
-    """2. A rare token went from pi_old = 0.01 to pi = 0.02 (rho = 2), the others stay at 0.5; A =
-    +1."""
-    old_logp = torch.full((1, n_tokens), math.log(0.5))
-    old_logp[0, 0] = math.log(0.01)
-    rows = {}
-    for label, loss_type, hp in [("GRPO, eps=0.2", "grpo", {}), ("DAPO, eps_high=0.28", "dapo", {"eps_high": 0.28}),
-                                 ("CISPO, weight <= 5", "cispo", {"cispo_eps_high": 4.0}), ("GSPO", "gspo", {})]:
-        logp = old_logp.clone()
-        logp[0, 0] = math.log(0.02)
-        logp.requires_grad_(True)
-        loss, _ = policy_loss(loss_type, logp, old_logp, torch.tensor([1.0]), torch.ones(1, n_tokens), **hp)
-        loss.backward()
-        grad = 0.0 - logp.grad[0]                            # dJ/dlogp
-        rows[label] = (grad[0].item(), grad[1].item())       # (rare token, a common token)
-    return rows
-
-
-def practice_entropy(adv, probs=(0.7, 0.2, 0.05, 0.05), lr=1.0):
-    """3. Entropy before/after one exact policy-gradient ascent step on J = sum_a softmax(z)_a *
-    adv_a."""
-    z = torch.log(torch.tensor(probs)).requires_grad_(True)  # logits with softmax(z) = probs
-    (torch.softmax(z, -1) * torch.tensor(adv)).sum().backward()
-    z_new = z.detach() + lr * z.grad                         # ascent: J is maximised
-    return entropy_from_logits(z.detach()).item(), entropy_from_logits(z_new).item()
-
-
-ENTROPY_CASES = {"reward the common token": [1.0, -1.0, -1.0, -1.0], "reward the rare token": [-1.0, -1.0, 1.0, -1.0]}
-
-if __name__ == "__main__":
-    print("token weight (dJ/d log pi):  right.4  right.12  wrong.4  wrong.12")
-    for label, weights in practice_token_weights().items():
-        print(f"{label:9s}", "  ".join(f"{w:+.4f}" for w in weights))
-    print()
-    for label, (rare, common) in practice_rare_token().items():
-        print(f"{label:20s} rare token grad {rare:+.3f}, common {common:+.3f}")
-    for name, adv in ENTROPY_CASES.items():
-        h_before, h_after = practice_entropy(adv)
-        print(f"{name}: H = {h_before:.3f} -> {h_after:.3f}")

@@ -1,5 +1,5 @@
 """
-The policy: loading, per-token log-probs with an FP32 LM head, checkpoints.
+The policy: loading, per-token log-probs with an FP32 LM head, the critic's value model.
 
 Two facts this file teaches:
 1. The LM head runs in FP32. MiniMax-M1 (seed 000, "the silent killer of RL") found that the sampler's
@@ -12,21 +12,15 @@ Two facts this file teaches:
    pi_old and pi_theta in the importance ratio must both be softmax(logits / T). Scoring at T = 1 after
    sampling at T = 0.7 biases every ratio (TRL issues #4159, #6789).
 """
+import contextlib
 import json
 import os
-import shutil
-import warnings
 
 import torch
-import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
-# DCP (save_optimizers) in one process, without torch.distributed, is what plain python means
-warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
 # -----------------------------------------------------------------------------
@@ -259,6 +253,75 @@ class Scorer(torch.nn.Module):
         return self.fn(self.model, *args)
 
 
+def wrap(scorer, mode, local_rank=0):
+    """A Scorer made ready for torchrun (mode None, plain python: as is). 'ddp': DDP averages the
+    gradients over ranks in the last micro-batch's backward. 'fsdp' (FSDP2): fully_shard on each
+    decoder layer, then on the whole (the root: embeddings, final norm and head, gathered for the
+    whole forward; tied weights stay tied); a layer's weights are gathered for its forward and
+    backward, its gradients reduce-scattered to their shards. Weights stay fp32 (autocast casts the
+    body as without sharding); the optimizer is built after, on this rank's shards."""
+    if mode == 'fsdp':
+        from torch.distributed.fsdp import fully_shard
+        for layer in scorer.model.base_model.layers:
+            fully_shard(layer)
+        return fully_shard(scorer)
+    if mode == 'ddp' and any(p.requires_grad for p in scorer.parameters()):
+        # the gradients are views into DDP's reduction buckets: no second copy of them
+        return DDP(scorer, device_ids=[local_rank] if torch.cuda.is_available() else None,
+                   gradient_as_bucket_view=True)
+    return scorer
+
+
+def backward_pass(net, mbs, loss_of, world_size=1):
+    """One pass of gradient accumulation over the micro-batches (the policy's and the critic's):
+    loss_of(mb) -> (loss, extra), the micro-batch's share of the step's loss; its backward, times
+    world_size (DDP averages over ranks, our shares are meant to be summed), all-reduces the
+    gradients only in the last micro-batch (DDP's no_sync before). Yields (mb, loss, extra) after
+    each backward, the loss as a float."""
+    for i, mb in enumerate(mbs):
+        last = i == len(mbs) - 1
+        with net.no_sync() if isinstance(net, DDP) and not last else contextlib.nullcontext():
+            loss, extra = loss_of(mb)
+            (loss * world_size).backward()
+        yield mb, loss.item(), extra
+
+
+def micro_batches(batch, G, micro_batch_size, max_tokens_per_micro, device, even=False):
+    """Token-budget micro-batches: rows sorted by length (completion, then prompt) and packed
+    greedily while a micro-batch has at most micro_batch_size rows and max_tokens_per_micro tokens
+    through the body, padding included, each distinct prompt counted once (completion_hidden
+    shares it among the rows that answer it); each is cut to its own longest prompt and completion.
+    Rows i // G share a prompt (G: the group size; 1 where no prompt is shared). even (FSDP): as
+    many micro-batches as on the rank with the most (even_micro_batches). Returns them (on device),
+    the number of real tokens they put through the body and the fraction of their tokens that is
+    padding."""
+    prompt_len = batch['prompt_mask'].sum(1).tolist()
+    completion_len = batch['completion_mask'].sum(1).long().tolist()
+    P = batch['prompt_ids'].shape[1]
+
+    def tokens(rows):
+        prompts = len({i // G for i in rows}) * max(prompt_len[i] for i in rows)
+        return prompts + len(rows) * max(1, max(completion_len[i] for i in rows))
+
+    packs = [[]]
+    for i in sorted(range(len(prompt_len)), key=lambda i: (-completion_len[i], -prompt_len[i], i)):
+        rows = packs[-1] + [i]
+        if len(rows) > 1 and (len(rows) > micro_batch_size or tokens(rows) > max_tokens_per_micro):
+            packs.append([i])
+        else:
+            packs[-1] = rows
+    mbs = []
+    for rows in packs:
+        p, c = max(prompt_len[i] for i in rows), max(1, max(completion_len[i] for i in rows))
+        # prompts keep their last p columns (left padding), completions their first c
+        def cut(k, v):
+            return v[:, P - p:] if k.startswith('prompt') else v[:, :c] if v.dim() == 2 else v
+        mbs.append({k: cut(k, v[rows]).to(device) for k, v in batch.items() if torch.is_tensor(v)})
+    real_prompts = sum(prompt_len[g * G] for rows in packs for g in {i // G for i in rows})
+    real = real_prompts + sum(completion_len)
+    return even_micro_batches(mbs) if even else mbs, real, 1 - real / sum(map(tokens, packs))
+
+
 def even_micro_batches(mbs):
     """FSDP: as many micro-batches on this rank as on the rank with the most, padded with one-row
     micro-batches whose completion_mask is 0 (no loss, no statistic, zero gradient). Every FSDP
@@ -303,105 +366,3 @@ def save_critic(path, critic, state_dict=None):
     critic.save_pretrained(path, state_dict=state_dict)
     # a saved head is kept on load
     json.dump({"trained": True}, open(os.path.join(path, "critic.json"), "w"))
-
-
-# -----------------------------------------------------------------------------
-# checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
-
-def full_state(net):
-    """A sharded (FSDP) net's whole state dict on rank 0 (CPU; every rank takes part), for its HF
-    folder, a tied weight once (as save_pretrained writes it); None for an unsharded net."""
-    if not any(hasattr(p, "full_tensor") for p in net.parameters()):
-        return None
-    state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    first = {}  # parameter -> its first name; a later name is a tied copy (lm_head = embed_tokens)
-    tied = [name for name, p in net.named_parameters(remove_duplicate=False)
-            if first.setdefault(p, name) != name]
-    return {k: v for k, v in state.items() if k not in tied}
-
-
-def save_optimizers(path, optimizers):
-    """Every rank: the optimizers' states, {name: (module, optimizer)}, into the folder path with
-    torch.distributed.checkpoint (DCP). Keyed by parameter name; each rank writes its own shards
-    (FSDP) or its share of the replicated state (DDP), so no rank ever holds a whole sharded state,
-    and the folder loads into any number of ranks, sharded or not (DCP reshards). An optimizer that
-    has not stepped yet (VAPO's policy in its warm-up) has no state and is left out."""
-    states = {name: get_optimizer_state_dict(module, opt)
-              for name, (module, opt) in optimizers.items() if opt.state}
-    dcp.save(states, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
-
-
-def load_optimizers(path, optimizers):
-    """Every rank: the states saved by save_optimizers into the optimizers (fresh ones: their state
-    is made by one zero step first, then overwritten), each rank reading the part it holds."""
-    saved = {key.split(".")[0] for key in dcp.FileSystemReader(path).read_metadata().state_dict_metadata}
-    optimizers = {name: pair for name, pair in optimizers.items() if name in saved}
-    for module, opt in optimizers.values():
-        opt.zero_grad(set_to_none=True)  # else the zero step that makes the state is not taken
-    states = {name: get_optimizer_state_dict(module, opt) for name, (module, opt) in optimizers.items()}
-    if states:
-        dcp.load(states, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
-    for name, (module, opt) in optimizers.items():
-        set_optimizer_state_dict(module, opt, states[name])
-
-
-def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None, state_dict=None,
-                    critic_state_dict=None, optimizer_dir=None):
-    """Write to ckpt_dir + '.tmp', then swap it in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop
-    ckpt.old. state_dict / critic_state_dict: the weights to write (FSDP's, gathered whole), if
-    not the model's own; optimizer_dir: a folder written by save_optimizers, moved in as
-    'optimizer'. A checkpoint is complete once it has meta.json, written last and atomically. A crash
-    at any point leaves a complete checkpoint in ckpt, or (between the two renames) none there but
-    the new one in ckpt.tmp and the previous one in ckpt.old: read_checkpoint_meta then finishes
-    the swap."""
-    tmp, old = ckpt_dir + ".tmp", ckpt_dir + ".old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, state_dict=state_dict)
-    tokenizer.save_pretrained(tmp)
-    if critic is not None:
-        save_critic(os.path.join(tmp, "critic"), critic, critic_state_dict)
-    if optimizer_dir is not None:
-        os.replace(optimizer_dir, os.path.join(tmp, "optimizer"))
-    torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
-    meta = {k: trainer_state[k] for k in ("step", "model_source", "config", "world") if k in trainer_state}
-    with open(os.path.join(tmp, "meta.json.part"), "w") as f:
-        json.dump(meta, f, indent=1, default=str)  # readable without torch
-    # a rename, so that meta.json is either absent or whole: its presence marks tmp as complete
-    os.replace(os.path.join(tmp, "meta.json.part"), os.path.join(tmp, "meta.json"))
-    if os.path.exists(ckpt_dir):
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(ckpt_dir, old)
-    os.replace(tmp, ckpt_dir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def is_complete_checkpoint(path):
-    return os.path.exists(os.path.join(path, "meta.json"))  # written last by save_checkpoint
-
-
-def recover_checkpoint(ckpt_dir):
-    """No ckpt_dir but a complete ckpt.tmp or ckpt.old: save_checkpoint crashed between its renames.
-    Finish the swap: ckpt.tmp is the newer checkpoint (complete before the renames began), so it
-    wins; ckpt.old is the fallback when no complete ckpt.tmp exists. Under DDP every rank may get
-    here at once: a rename another rank made first fails, and the loop finds ckpt_dir in place."""
-    for candidate in (ckpt_dir + ".tmp", ckpt_dir + ".old"):
-        if os.path.exists(ckpt_dir):
-            return
-        if is_complete_checkpoint(candidate):
-            try:
-                os.replace(candidate, ckpt_dir)
-                print(f"{ckpt_dir}: restored from {candidate} (a checkpoint write was interrupted)")
-            except OSError:
-                pass  # another rank renamed first
-
-
-def read_checkpoint_meta(ckpt_dir):
-    """step, model_source and config of the checkpoint in ckpt_dir, or None if there is none. Called
-    first by train.py: it recovers a checkpoint whose write was interrupted (recover_checkpoint)."""
-    recover_checkpoint(ckpt_dir)
-    path = os.path.join(ckpt_dir, "meta.json")
-    return json.load(open(path)) if os.path.exists(path) else None
-
-
-def load_trainer_state(ckpt_dir):
-    return torch.load(os.path.join(ckpt_dir, "trainer_state.pt"), weights_only=False)

@@ -1,9 +1,10 @@
 """
 Rewards: verifiers that score a completion against a row's `answer`, format checks and length shaping.
 
-    REWARDS[name](completion: str, answer) -> float          correctness: 1.0 right, 0.0 wrong
-    FORMATS[name](completion: str) -> float                  1.0 if the answer is where the prompt asked
-    ANSWERS[name](completion: str) -> hashable or None       the parsed answer the verifier compares
+    TASKS[name] -> Task(score, format, answer), one entry per dataset, every part required:
+    TASKS[name].score(completion: str, answer) -> float      correctness: 1.0 right, 0.0 wrong
+    TASKS[name].format(completion: str) -> float             1.0 if the answer is where the prompt asked
+    TASKS[name].answer(completion: str) -> hashable or None  the parsed answer the verifier compares
     pass_at_k(n, c, k), majority_correct(answers, correct)   held-out pass@k and maj@k
     overlong_penalty(length, max_len, cache_len) -> float    DAPO's soft overlong punishment
     kimi_length_reward(lengths, correct, group_size) -> list[float]    Kimi k1.5's length reward
@@ -15,15 +16,21 @@ Model output is data. Verifiers read it with str methods, simple regular express
 so no catastrophic backtracking), int(), Fraction() and ast.parse(); nothing the model wrote is ever executed
 (no eval, exec or sympify). Verifiers read only the last TAIL_CHARS characters of a completion, as verl's DAPO
 verifier reads the last 300: the final answer is at the end, and a megabyte of output costs nothing more.
+
+To add a task: a data/<task>/prepare.py that writes the rows, and one Task entry in TASKS (its verifier,
+format check and answer reader); then --reward_fn=<task> --data_dir=data/<task>.
 """
 import ast
+import json
 import math
+import os
 import re
 import signal
 from collections import Counter
 from contextlib import contextmanager
 from fractions import Fraction
 from itertools import accumulate
+from typing import Callable, NamedTuple
 
 TAIL_CHARS = 2000
 # An integer: 42, -7, 1,000 (commas only in groups of three, so "4,2" and the list "1,2,3" are
@@ -220,14 +227,71 @@ def dapo_math_format(completion):
     return float(_tail(completion).rsplit("\n", 1)[-1].lstrip().startswith("Answer:"))
 
 
-# AIME 2024 is evaluated with the DAPO prompt (data/aime24/prepare.py), so with the DAPO verifier.
-REWARDS = {"arithmetic": arithmetic_reward, "countdown": countdown_reward, "gsm8k": gsm8k_reward,
-           "dapo_math": dapo_math_reward, "aime24": dapo_math_reward}
-FORMATS = {"arithmetic": arithmetic_format, "countdown": countdown_format, "gsm8k": gsm8k_format,
-           "dapo_math": dapo_math_format, "aime24": dapo_math_format}
-# the parsed answer each verifier compares (None: no answer), for majority voting
-ANSWERS = {"arithmetic": read_integer_answer, "countdown": read_countdown_answer,
-           "gsm8k": read_gsm8k_answer, "dapo_math": read_dapo_answer, "aime24": read_dapo_answer}
+# ----------------------------------------------------------------------------
+# a task's rows: every task's data/<task>/prepare.py writes this one format
+
+def row_problem(row):
+    """What is wrong with a data row, or None.
+    Rows: {"prompt": [{"role": ..., "content": ...}, ...], "answer": ...}."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    prompt = row.get('prompt')
+    def is_message(m):
+        return isinstance(m, dict) and all(isinstance(m.get(k), str) for k in ('role', 'content'))
+    if not isinstance(prompt, list) or not prompt or not all(is_message(m) for m in prompt):
+        return "'prompt' must be a non-empty list of {'role': str, 'content': str} messages"
+    if row.get('answer') is None:
+        return "missing 'answer'"
+    return None
+
+
+def load_rows(directory, split, max_bad_rows):
+    """A task's jsonl split. Malformed rows are reported with file and line, skipped and counted;
+    a missing file, no usable row or more than max_bad_rows bad ones: ValueError."""
+    path = os.path.join(directory, f'{split}.jsonl')
+    if not os.path.exists(path):
+        raise ValueError(f"{path} not found: run `python {directory}/prepare.py` first")
+    rows, bad = [], 0
+    for lineno, line in enumerate(open(path), 1):
+        try:
+            row = json.loads(line)
+            problem = row_problem(row)
+        except json.JSONDecodeError as e:
+            problem = f"not valid JSON ({e.msg})"
+        if problem is None:
+            rows.append(row)
+            continue
+        bad += 1
+        if bad <= 5:
+            print(f"{path}:{lineno}: {problem}; row skipped")
+        if bad > max_bad_rows:
+            raise ValueError(f"{path}: more than max_bad_rows={max_bad_rows} malformed rows")
+    if bad:
+        print(f"{path}: {bad} malformed rows skipped, {len(rows)} kept")
+    if not rows:
+        raise ValueError(f"{path}: no usable rows")
+    return rows
+
+
+# ----------------------------------------------------------------------------
+# The task registry: one entry per dataset, holding everything the trainer needs to know about it
+
+class Task(NamedTuple):
+    """One dataset's parts, all three required (a NamedTuple: a task missing a part is a TypeError
+    where it is defined, not a silent 0 at eval time)."""
+    score: Callable   # (completion, answer) -> 1.0 right / 0.0 wrong: the verifier
+    format: Callable  # completion -> 1.0 if the answer is where the prompt asked it, else 0.0
+    answer: Callable  # completion -> the parsed answer the verifier compares (maj@k), None if none
+
+
+TASKS = {
+    "arithmetic": Task(arithmetic_reward, arithmetic_format, read_integer_answer),
+    "countdown": Task(countdown_reward, countdown_format, read_countdown_answer),
+    "gsm8k": Task(gsm8k_reward, gsm8k_format, read_gsm8k_answer),
+    "dapo_math": Task(dapo_math_reward, dapo_math_format, read_dapo_answer),
+    # AIME 2024 is evaluated with the DAPO prompt (data/aime24/prepare.py), so with the DAPO verifier.
+    "aime24": Task(dapo_math_reward, dapo_math_format, read_dapo_answer),
+}
 
 
 # ----------------------------------------------------------------------------
@@ -257,6 +321,28 @@ def majority_correct(answers, correct):
         return 0.0
     vote = votes.most_common(1)[0][0]
     return float(any(ok > 0 for a, ok in zip(answers, correct) if a == vote))
+
+
+def eval_sums(samples, k, read_answer):
+    """The held-out sums of k samples per problem (consecutive), to be reduced over ranks: samples,
+    problems, right answers, tokens, truncations, pass@1, pass@k and maj@k (the vote over
+    read_answer's parse: a task's answer; one that raises costs its sample's vote)."""
+    correct = [samples['correct'][i:i + k] for i in range(0, len(samples['correct']), k)]
+    def parsed(completion):
+        try:
+            return read_answer(completion)
+        except Exception:  # noqa: BLE001 -- as the trainer's verify: one bad completion, one vote
+            return None
+    answers = [parsed(c) for c in samples['completions']]
+    n_correct = [int(sum(c)) for c in correct]
+    return {'n': len(samples['correct']), 'problems': len(correct),
+            'accuracy': sum(samples['correct']),
+            'completion_len': sum(map(len, samples['completion_ids'])),
+            'truncated': sum(samples['truncated']),
+            'pass@1': sum(pass_at_k(k, c, 1) for c in n_correct),
+            f'pass@{k}': sum(pass_at_k(k, c, k) for c in n_correct),
+            f'maj@{k}': sum(majority_correct(answers[i * k:(i + 1) * k], c)
+                            for i, c in enumerate(correct))}
 
 
 # ----------------------------------------------------------------------------

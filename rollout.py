@@ -1,15 +1,29 @@
 """
 Rollout: G sampled completions per prompt, from vLLM or from plain HF `generate`.
 
-Both engines return the same batch, a dict of tensors in one layout (model.py relies on it):
-    prompt_ids       (B, P)  long   prompts left-padded to the longest one (B = prompts x G)
+generate returns the samples, a dict of per-sample lists (one entry per completion, in the same
+order for both engines), so that dynamic sampling can drop groups and merge rounds by list
+selection and concatenation before anything is padded:
+    prompt_ids       B lists of int    the sample's prompt (B = prompts x G)
+    completion_ids   B lists of int    its completion, the closing EOS included (any EOS id of the
+                                       model: see stop_token_ids)
+    rollout_logp     B lists of float  the sampler's log-prob of each completion token (vLLM), or
+                                       None (HF, and no prompt at all: the engine is never asked)
+    truncated        B bools           True when the completion hit max_new_tokens without an EOS
+    completions      B strings         the decoded completions (what the verifier reads)
+The trainer adds its own per-sample lists ('correct', the verifier's verdicts; the prompts and
+answers).
+
+make_batch then pads once, at the final width, into the batch that model.py relies on:
+    prompt_ids       (B, P)  long   prompts left-padded to the longest one
     prompt_mask      (B, P)  long   1 on real prompt tokens
-    completion_ids   (B, C)  long   completions right-padded to the longest one
+    completion_ids   (B, C)  long   completions right-padded to the longest one (C >= 1)
     completion_mask  (B, C)  float  1 on real completion tokens, the closing EOS included
-    rollout_logp     (B, C)  float  the sampler's log-prob of each token (vLLM), or None (HF)
-    truncated        (B,)    bool   True when the completion hit max_new_tokens without an EOS (any
-                                   EOS id of the model: see stop_token_ids)
-    completions      list of B strings, the decoded completions
+    rollout_logp     (B, C)  float  0 on padding, or None
+    truncated        (B,)    bool
+    completions      list of B strings
+    correct          (B,)    float  the trainer's verdicts, when the samples have them (its other
+                                    lists pass through as they are)
 The G samples of one prompt are consecutive rows: rows g*G .. g*G+G-1 form group g.
 
 vLLM runs in the training process (colocated, in-process engine core). After every optimizer step
@@ -22,7 +36,6 @@ import os
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 # engine core in this process, not a child
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -136,10 +149,12 @@ def sync_weights(engine, model):
 
 def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature,
              model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16):
-    """Sample group_size completions for each prompt; return the batch described at the top (empty
-    for no prompt: an eval rank with no problem when there are fewer than ranks)."""
+    """Sample group_size completions for each prompt; return the samples described at the top, still
+    unpadded (make_batch pads them). No prompt (an eval rank with no problem when there are fewer
+    than ranks): every list empty and rollout_logp None, whatever the engine."""
     if not prompt_token_ids:
-        return make_batch(tokenizer, [], [], None, [])
+        return {"prompt_ids": [], "completion_ids": [], "rollout_logp": None, "truncated": [],
+                "completions": []}
     if engine["kind"] == "vllm":
         from vllm import SamplingParams
         params = SamplingParams(n=group_size, temperature=temperature, top_p=top_p, top_k=top_k or -1,
@@ -158,8 +173,9 @@ def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, te
                                               max_new_tokens, temperature, top_p, top_k,
                                               autocast_dtype)
         logps = None
-    prompts = [ids for ids in prompt_token_ids for _ in range(group_size)]
-    return make_batch(tokenizer, prompts, completions, logps, truncated)
+    return {"prompt_ids": [ids for ids in prompt_token_ids for _ in range(group_size)],
+            "completion_ids": completions, "rollout_logp": logps, "truncated": truncated,
+            "completions": tokenizer.batch_decode(completions, skip_special_tokens=True)}
 
 
 def stop_token_ids(tokenizer, generation_config=None):
@@ -209,26 +225,47 @@ def left_pad(seqs, pad_id):
     return ids, mask
 
 
-def make_batch(tokenizer, prompts, completions, logps, truncated):
-    width = max(1, max((len(c) for c in completions), default=0))
+def make_batch(samples, pad_id):
+    """Samples (generate's dict of per-sample lists, the trainer's additions included) -> the batch
+    described at the top: the one place where rows are padded, once, to the widest prompt and
+    completion of the samples given (after dynamic sampling: of the live groups of every round).
+    The trainer's 'correct' (the verifier's verdicts) becomes a (B,) float tensor; its other lists
+    (the prompt and answer of each sample, for samples.jsonl) pass through as they are."""
+    completions, logps = samples["completion_ids"], samples["rollout_logp"]
+    width = max(1, max(map(len, completions), default=0))  # C: no row is 0 tokens wide
     pad = lambda s, v: s + [v] * (width - len(s))
-    shape = (len(completions), width)
-    return {
-        "prompt_ids": left_pad(prompts, tokenizer.pad_token_id)[0],
-        "prompt_mask": left_pad(prompts, tokenizer.pad_token_id)[1],
-        "completion_ids": torch.tensor([pad(c, tokenizer.pad_token_id) for c in completions],
+    shape = (len(completions), width)  # (0, 1) for no row
+    prompt_ids, prompt_mask = left_pad(samples["prompt_ids"], pad_id)  # (B, P); (0, 0) for no row
+    batch = {
+        **samples,  # the completions' texts and the trainer's lists, as they are
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": torch.tensor([pad(c, pad_id) for c in completions],
                                        dtype=torch.long).view(shape),
         "completion_mask": torch.tensor([pad([1.0] * len(c), 0.0) for c in completions]).view(shape),
-        "rollout_logp": None if logps is None else torch.tensor([pad(lp, 0.0) for lp in logps]),
-        "truncated": torch.tensor(truncated, dtype=torch.bool),
-        "completions": tokenizer.batch_decode(completions, skip_special_tokens=True) if completions else [],
+        "rollout_logp": None if logps is None
+                        else torch.tensor([pad(lp, 0.0) for lp in logps]).view(shape),
+        "truncated": torch.tensor(samples["truncated"], dtype=torch.bool),
     }
+    if "correct" in samples:
+        batch["correct"] = torch.tensor(samples["correct"], dtype=torch.float)
+    return batch
 
 
 # -----------------------------------------------------------------------------
 # DAPO dynamic sampling: keep only groups whose answers disagree
 
-def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversample=1.5, max_rounds=10, pad_id=0,
+def round_counts(correct, group_size):
+    """One round's counts (its samples, right answers, groups, and degenerate groups: every answer
+    scored the same, so A = 0 and no gradient) and the indices of its live groups. correct: the
+    verdicts, group_size consecutive ones per group."""
+    correct = torch.tensor(correct, dtype=torch.float).view(-1, group_size)  # (groups, G)
+    live = (correct.max(1).values != correct.min(1).values).nonzero().squeeze(1)
+    return {'samples': correct.numel(), 'samples_correct': correct.sum().item(),
+            'groups_sampled': len(correct), 'groups_degenerate': len(correct) - len(live)}, live
+
+
+def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversample=1.5, max_rounds=10,
                    reduce_sum=lambda x: x, world_size=1):
     """DAPO's dynamic sampling (seed 000, "Dynamic Sampling"): a group whose G answers are all right or all
     wrong has zero advantage everywhere and only dilutes the batch. Generate, drop those degenerate groups,
@@ -239,10 +276,12 @@ def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversamp
     Under DDP every rank samples its own prompts, and the loop condition uses the live counts summed over
     ranks (reduce_sum), so all ranks take the same number of rounds; a rank still without a live group keeps
     the others generating until it has one or the bound is hit.
-    next_rows(n) -> n dataset rows; rollout_fn(rows) -> batch with a 'correct' (B,) tensor.
-    Returns (batch of this rank's live groups, or None if it has none; counts of this rank)."""
-    kept, counts = [], dict(gen_rounds=0, groups_sampled=0, groups_degenerate=0, groups_live=0, samples=0,
-                            samples_correct=0.0)
+    next_rows(n) -> n dataset rows; rollout_fn(rows) -> samples (generate's per-sample lists) with a
+    'correct' list of floats. The samples are still unpadded, so keeping a group and merging rounds
+    are list operations; make_batch pads the result once, at its final width. Returns (samples of
+    this rank's live groups, round by round, or None if it has none; counts of this rank)."""
+    kept, counts = {}, dict(gen_rounds=0, groups_sampled=0, groups_degenerate=0, groups_live=0,
+                            samples=0, samples_correct=0.0)
     while True:
         total_live, ranks_without = reduce_sum(counts['groups_live']), reduce_sum(int(counts['groups_live'] == 0))
         enough = total_live >= prompts_per_step and ranks_without == 0
@@ -250,45 +289,14 @@ def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversamp
             break
         counts['gen_rounds'] += 1
         missing = max(prompts_per_step - total_live, world_size)
-        batch = rollout_fn(next_rows(math.ceil(missing * oversample / world_size)))
-        correct = batch['correct'].view(-1, group_size)                          # (groups, G)
-        is_live = correct.max(1).values != correct.min(1).values                 # (groups,)
+        samples = rollout_fn(next_rows(math.ceil(missing * oversample / world_size)))
+        new, live = round_counts(samples['correct'], group_size)
+        counts.update({k: counts[k] + v for k, v in new.items()})
         # every live group is kept, the surplus of the last round too
-        live = is_live.nonzero().squeeze(1)
-        counts['groups_sampled'] += len(is_live)
-        counts['groups_degenerate'] += len(is_live) - len(live)
-        counts['samples'] += correct.numel()
-        counts['samples_correct'] += correct.sum().item()
         if len(live):
-            rows = (live[:, None] * group_size + torch.arange(group_size)).flatten()
-            kept.append(select_rows(batch, rows))
+            rows = (live[:, None] * group_size + torch.arange(group_size)).flatten().tolist()
+            # this round's live rows after the earlier rounds' (HF's rollout_logp None stays None)
+            kept = {k: None if v is None else kept.get(k, []) + [v[i] for i in rows]
+                    for k, v in samples.items()}
             counts['groups_live'] += len(live)
-    return (concat_batches(kept, pad_id) if kept else None), counts
-
-
-def select_rows(batch, rows):
-    return {k: v[rows] if torch.is_tensor(v) else [v[i] for i in rows.tolist()] if isinstance(v, list) else v
-            for k, v in batch.items()}
-
-
-def concat_batches(batches, pad_id):
-    """Stack batches of different padded widths: prompts re-padded on the left, completions on the
-    right."""
-    P = max(b['prompt_ids'].shape[1] for b in batches)
-    C = max(b['completion_ids'].shape[1] for b in batches)
-    widths = {'prompt_ids': (P, pad_id, True), 'prompt_mask': (P, 0, True), 'completion_ids': (C, pad_id, False),
-              'completion_mask': (C, 0, False), 'rollout_logp': (C, 0, False)}
-    out = {}
-    for k, v in batches[0].items():
-        parts = [b[k] for b in batches]
-        if v is None:
-            out[k] = None
-        elif isinstance(v, list):
-            out[k] = [x for p in parts for x in p]
-        elif k in widths:
-            width, value, left = widths[k]
-            out[k] = torch.cat([F.pad(p, ((width - p.shape[1], 0) if left else (0, width - p.shape[1])), value=value)
-                                for p in parts])
-        else:
-            out[k] = torch.cat(parts)
-    return out
+    return kept or None, counts

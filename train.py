@@ -5,7 +5,8 @@ The RL loop, top to bottom. One step is this pipeline; the loop at the bottom re
     score   no-grad passes for what the loss needs: pi_old, pi_ref, the critic's V_old (ppo / vapo)
     update  num_iterations passes of micro-batched loss / backward -> grad clip -> AdamW
     sync    the new weights into the sampler
-    log     one record per step (log.jsonl, the console line), and the guards' warnings
+    log     one record per step (log.jsonl, a few completions in samples.jsonl, the console line),
+            and the guards' warnings
     eval    held-out avg@k, pass@k, maj@k (before step 1, every eval_interval steps, the end)
     save    a checkpoint when due
 
@@ -13,19 +14,19 @@ The RL loop, top to bottom. One step is this pipeline; the loop at the bottom re
     python train.py config/cpu_demo.py --loss_type=dapo
     torchrun --nproc_per_node=4 train.py config/dapo.py   # one process and one vLLM engine per GPU
 
-Config is the module-level globals below, overridden by config files and --key=value
-(configurator.py). The helpers of each stage are defined above the loop, in the loop's order; the
-losses live in losses.py, the critic of ppo / vapo in critic.py.
+Config is the module-level globals below, overridden by config files and --key=value and checked
+(configurator.py). The helpers of each stage are defined above the loop, in the loop's order. The
+rooms below this file: the losses in losses.py, the rollout in rollout.py, the tasks in rewards.py,
+log-probs in model.py, the critic of ppo / vapo in critic.py, the record, guards and console lines
+in report.py, checkpoints and resume in checkpoint.py.
 """
 import contextlib
-import json
 import math
 import os
 import random
-import resource
-import shutil
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -34,16 +35,17 @@ import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from critic import critic_advantages, critic_record, critic_update, vapo_nll
-from losses import (KL_ESTIMATORS, LOSS_TYPES, TIS_MODES, VARIANTS, group_advantages, policy_loss,
-                    token_weight_sums)
-from model import (Scorer, clip_grad_norm, completion_values, even_micro_batches, full_state,
-                   load_critic, load_model, load_optimizers, load_trainer_state, native_bf16,
-                   read_checkpoint_meta, round_ties, save_checkpoint, save_optimizers)
-from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,
-                     overlong_penalty, pass_at_k, safe_score)
-from rollout import (dynamic_sample, encode_prompts, generate, init_engine, shutdown, sleep,
-                     sync_weights)
+from checkpoint import (load_optimizers, load_trainer_state, read_checkpoint_meta, restore_rng,
+                        resume_problem, save_run)
+from critic import critic_advantages, critic_update
+from losses import LOSS_HP, VARIANTS, group_advantages, policy_loss
+from model import (Scorer, backward_pass, clip_grad_norm, completion_values, load_critic,
+                   load_model, micro_batches, native_bf16, round_ties, wrap)
+from report import (Guards, RunLog, abort_line, bad_step_line, batch_stats, eval_lines, eval_record,
+                    rank_numbers, sampling_record, step_line, step_record, step_sums, summary)
+from rewards import TASKS, eval_sums, kimi_length_reward, load_rows, overlong_penalty, safe_score
+from rollout import (dynamic_sample, encode_prompts, generate, init_engine, make_batch,
+                     round_counts, shutdown, sleep, sync_weights)
 
 # -----------------------------------------------------------------------------
 # config: the defaults are the offline CPU demo (config/cpu_demo.py restates and explains them)
@@ -55,7 +57,7 @@ seed = 0
 data_dir = 'data/arithmetic'  # train.jsonl and test.jsonl: {"prompt": [messages], "answer": ...}
 # held-out set of another task folder (e.g. 'data/aime24'); '' = data_dir
 eval_data_dir = ''
-reward_fn = 'arithmetic'      # a key of rewards.REWARDS: the task's verifier (1 right, 0 wrong)
+reward_fn = 'arithmetic'      # a key of rewards.TASKS: the task's verifier, format check, answer
 reward_wrong = 0.0            # task reward of a wrong answer (DAPO: -1.0); a right one scores 1.0
 format_coef = 0.0             # weight of the format reward (the answer where the prompt asked)
 overlong_buffer = 0           # DAPO soft overlong punishment: L_cache tokens (0: off)
@@ -81,7 +83,7 @@ vllm_gpu_memory_utilization = 0.3  # GPU memory for vLLM (CPU: VLLM_CPU_KVCACHE_
 vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
 vllm_sleep = True             # GPU only: vLLM frees its KV cache while the trainer runs
 vllm_enforce_eager: bool = None  # no CUDA graphs; None: True on CPU, False (graphs) on GPU
-# loss (losses.py; the per-variant defaults are its VARIANTS table)
+# loss (losses.py; the per-variant defaults are its VARIANTS table, these knobs its LOSS_HP)
 loss_type = 'grpo'            # one of losses.LOSS_TYPES
 # what A is divided by: 'group' (its std) | 'batch' | 'none' (Dr. GRPO); None = the variant's (VARIANTS)
 adv_scale: str = None
@@ -91,6 +93,7 @@ eps_high: float = None
 tau_pos = 1.0                 # SAPO gate temperatures
 tau_neg = 1.05
 cispo_eps_high = 4.0          # CISPO: IS weight <= 1 + cispo_eps_high
+cispo_eps_low: float = None   # ... and >= 1 - cispo_eps_low (None: no lower bound, as MiniMax)
 clip_cov_ratio = 2e-4         # Clip-Cov / KL-Cov (Cui et al. 2025)
 clip_cov_lb = 1.0
 clip_cov_ub = 5.0
@@ -150,133 +153,33 @@ warn_mismatch = 3.0           # rollout_mismatch above this x the run's first st
 # longer follows the trainer, as when the weight sync stopped working (0: never)
 stop_mismatch = 10.0
 # logging
+samples_per_step = 4          # completions of each step written to samples.jsonl (0: none)
 verbose = False               # vLLM's INFO logging, transformers' progress bars (rollout.quiet_vllm)
 wandb_log = False
 wandb_project = 'nanogrpo'
 wandb_run_name = 'run'
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))]
-exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-config = {k: globals()[k] for k in config_keys}
-variant = VARIANTS[loss_type] if loss_type in VARIANTS else None  # checked below
 
-# -----------------------------------------------------------------------------
-# checks that fail fast with a clear message, before any model is loaded
 def config_error(msg):
+    """A bad config (or data, or checkpoint) for this run: one line, exit code 2."""
     print(f"config error: {msg}", file=sys.stderr)
     sys.exit(2)
 
-if dtype == 'float16':  # fp16's range: small gradients underflow to 0 without torch.amp.GradScaler
-    config_error("dtype='float16' trains without a gradient scaler (small gradients underflow to 0): "
-                 "use 'bfloat16' where the hardware has it, else 'float32'")
-for key, valid in [('loss_type', LOSS_TYPES), ('reward_fn', tuple(REWARDS)),
-                   ('adv_scale', (None, 'group', 'batch', 'none')),
-                   ('rollout_engine', ('vllm', 'hf')),
-                   ('dtype', ('auto', 'float32', 'bfloat16')), ('tis_mode', TIS_MODES),
-                   ('kl_estimator', KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout')),
-                   ('parallel', ('ddp', 'fsdp'))]:
-    if globals()[key] not in valid:
-        config_error(f"{key}={globals()[key]!r}; valid: {', '.join(v for v in valid if v)}")
-if adv_scale is None:  # the variant's: Dr. GRPO does not divide by the std
-    adv_scale = variant['adv']
-# every number's valid range, keys grouped by it (a None default may stay None). The comparisons
-# are written so that a NaN (a config file's float('nan')) fails them too.
-for valid, in_range, keys in [
-        ('>= 0', lambda v: v >= 0,
-         ['format_coef', 'length_reward_coef', 'length_reward_warmup', 'max_bad_rows', 'top_k',
-          'max_gen_batches', 'eps_high', 'cispo_eps_high', 'kl_cov_coef', 'beta', 'critic_lr',
-          'value_warmup_steps', 'lm_coef', 'learning_rate', 'weight_decay', 'grad_clip',
-          'warmup_iters', 'max_iters', 'eval_interval', 'warn_degenerate_steps', 'warn_mismatch',
-          'stop_mismatch']),
-        # oversample < 1 could never fill a step in one round
-        ('>= 1', lambda v: v >= 1,
-         ['max_prompt_len', 'prompts_per_step', 'max_new_tokens', 'oversample', 'num_iterations',
-          'micro_batch_size', 'max_tokens_per_micro', 'max_bad_steps']
-         + (['eval_samples', 'eval_problems'] if eval_interval else [])),
-        ('> 0', lambda v: v > 0,
-         ['reward_timeout', 'temperature', 'tau_pos', 'tau_neg', 'tis_cap', 'vf_clip', 'lam_alpha']),
-        ('in (0, 1]', lambda v: 0 < v <= 1, ['top_p', 'vllm_gpu_memory_utilization']),
-        ('in [0, 1]', lambda v: 0 <= v <= 1,
-         ['clip_cov_ratio', 'kl_cov_ratio', 'gae_lambda', 'warn_truncated']),
-        ('in [0, 1)', lambda v: 0 <= v < 1, ['eps_low', 'beta1', 'beta2']),
-        ('>= 2 (a group advantage needs 2 samples per prompt)', lambda v: v >= 2, ['group_size']),
-        ('<= 1 (a right answer scores 1.0)', lambda v: v <= 1, ['reward_wrong']),
-        ('>= -1 (-1: never)', lambda v: v >= -1, ['ckpt_interval']),
-        (f'in [0, max_new_tokens={max_new_tokens}]', lambda v: 0 <= v <= max_new_tokens,
-         ['overlong_buffer']),
-        (f'<= clip_cov_ub={clip_cov_ub}', lambda v: v <= clip_cov_ub, ['clip_cov_lb']),
-        # either sign: < 0 minimises the entropy, which is a method of its own
-        ('finite', math.isfinite, ['entropy_coef'])]:
-    for key in keys:
-        if globals()[key] is not None and not in_range(globals()[key]):
-            config_error(f"{key}={globals()[key]!r} must be {valid}")
-# init_from: 'resume', a folder or a hub id. A mistyped folder would otherwise end, after the long
-# imports, in the hub's OSError about a repo id.
-if init_from != 'resume' and not os.path.isdir(init_from):
-    from huggingface_hub import constants, try_to_load_from_cache
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-    try:
-        validate_repo_id(init_from)  # 'name' or 'owner/name', in the hub's characters
-        cached = isinstance(try_to_load_from_cache(init_from, 'config.json'), str)
-    except HFValidationError:
-        config_error(f"init_from={init_from!r} is not a folder (and not a hub id 'owner/name')")
-    if constants.HF_HUB_OFFLINE and not cached:  # offline, a hub id loads from the cache only
-        config_error(f"init_from={init_from!r} is not a folder, and the hub is offline "
-                     f"(HF_HUB_OFFLINE=1) with no cached copy of it")
-if tis_mode != 'none' and rollout_engine != 'vllm':
-    config_error(f"tis_mode={tis_mode!r} corrects for the sampler's log-probs: it needs "
-                 f"rollout_engine='vllm' (the 'hf' engine samples with the trainer's own model)")
-if parallel == 'fsdp' and rollout_engine != 'vllm':
-    config_error("parallel='fsdp' needs rollout_engine='vllm': HF generate runs the model's own "
-                 "forward, which does not gather the sharded weights")
-if old_logp_source == 'rollout' and (rollout_engine != 'vllm' or tis_mode != 'none'):
-    config_error("old_logp_source='rollout' needs rollout_engine='vllm' (its log-probs) and "
-                 "tis_mode='none' (the sampler is pi_old then: no mismatch is left to correct)")
+exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+config = {k: globals()[k] for k in config_keys}
+variant, task = VARIANTS[loss_type], TASKS[reward_fn]  # (after the config: a file may patch TASKS)
+adv_scale = variant['adv'] if adv_scale is None else adv_scale  # Dr. GRPO does not divide by std
+value_warmup_steps = variant['value_warmup'] if value_warmup_steps is None else value_warmup_steps
 
 # -----------------------------------------------------------------------------
-# data: every task's rows share one format (data/*/prepare.py)
-def row_problem(row):
-    """What is wrong with a data row, or None.
-    Rows: {"prompt": [{"role": ..., "content": ...}, ...], "answer": ...}."""
-    if not isinstance(row, dict):
-        return "not a JSON object"
-    prompt = row.get('prompt')
-    def is_message(m):
-        return isinstance(m, dict) and all(isinstance(m.get(k), str) for k in ('role', 'content'))
-    if not isinstance(prompt, list) or not prompt or not all(is_message(m) for m in prompt):
-        return "'prompt' must be a non-empty list of {'role': str, 'content': str} messages"
-    if row.get('answer') is None:
-        return "missing 'answer'"
-    return None
-
-def load_rows(directory, split):
-    """A task's jsonl split. Malformed rows are reported with file and line, skipped and counted."""
-    path = os.path.join(directory, f'{split}.jsonl')
-    if not os.path.exists(path):
-        config_error(f"{path} not found: run `python {directory}/prepare.py` first")
-    rows, bad = [], 0
-    for lineno, line in enumerate(open(path), 1):
-        try:
-            row = json.loads(line)
-            problem = row_problem(row)
-        except json.JSONDecodeError as e:
-            problem = f"not valid JSON ({e.msg})"
-        if problem is None:
-            rows.append(row)
-            continue
-        bad += 1
-        if bad <= 5:
-            print(f"{path}:{lineno}: {problem}; row skipped")
-        if bad > max_bad_rows:
-            config_error(f"{path}: more than max_bad_rows={max_bad_rows} malformed rows")
-    if bad:
-        print(f"{path}: {bad} malformed rows skipped, {len(rows)} kept")
-    if not rows:
-        config_error(f"{path}: no usable rows")
-    return rows
-
-train_rows = load_rows(data_dir, 'train') if max_iters > 0 else []
-test_rows = load_rows(eval_data_dir or data_dir, 'test')[:eval_problems] if eval_interval else []
+# data: every task's rows share one format (rewards.load_rows, data/*/prepare.py)
+try:
+    train_rows = load_rows(data_dir, 'train', max_bad_rows) if max_iters > 0 else []
+    test_rows = load_rows(eval_data_dir or data_dir, 'test', max_bad_rows) if eval_interval else []
+except ValueError as e:
+    config_error(e)
+test_rows = test_rows[:eval_problems]
 
 # -----------------------------------------------------------------------------
 # setup: one process per GPU (or per CPU share) under torchrun, as nanoGPT does; plain python: 1
@@ -289,7 +192,8 @@ if ddp:
 else:
     rank, local_rank, world_size = 0, 0, 1
 master = rank == 0  # logs, evaluates the sums and writes checkpoints
-fsdp = ddp and parallel == 'fsdp'  # sharded (train.wrap); plain python has nothing to shard
+fsdp = ddp and parallel == 'fsdp'  # sharded (model.wrap); plain python has nothing to shard
+mode = parallel if ddp else None  # how the nets are wrapped for torchrun (model.wrap)
 device = f'cuda:{local_rank}' if torch.cuda.is_available() else 'cpu'
 if device.startswith('cuda'):
     torch.cuda.set_device(device)
@@ -309,80 +213,39 @@ ckpt_dir = os.path.join(out_dir, 'ckpt')
 resume = init_from == 'resume'
 ckpt_meta = read_checkpoint_meta(ckpt_dir)
 # a checkpoint that does not fit this run is an error now, not after the model has loaded
-if resume and ckpt_meta is None:
-    config_error(f"init_from='resume' but {ckpt_dir} holds no checkpoint")
-if not resume and ckpt_meta and ckpt_meta['model_source'] != init_from:
-    config_error(f"{ckpt_dir} is a checkpoint of {ckpt_meta['model_source']!r}, not {init_from!r}: "
-                 f"choose another out_dir, or --init_from=resume")
-# the world may change (another number of ranks, DDP <-> FSDP): the data position is global and the
-# optimizer state is resharded on load (model.load_optimizers)
-# (max_prompt_len decides which rows are kept before the shuffle)
-position_keys = ('data_dir', 'seed', 'prompts_per_step', 'group_size', 'max_prompt_len')
-saved_config = ckpt_meta['config'] if resume else {}
-if changed := [k for k in position_keys if k in saved_config and saved_config[k] != globals()[k]]:
-    config_error(f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
-                 f"(the data position would not mean the same)")
-if resume and not os.path.isdir(os.path.join(ckpt_dir, 'optimizer')):
-    config_error(f"{ckpt_dir} has no optimizer/ folder (it predates the DCP optimizer state): resume "
-                 f"it with the revision that wrote it, or start from its weights: --init_from={ckpt_dir}")
+if problem := resume_problem(ckpt_dir, ckpt_meta, init_from, config):
+    config_error(problem)
 model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
 model_path = ckpt_dir if resume else init_from
-# bf16 / fp16 body: fp32 weights on that dtype's rounding ties are rounded once (model.round_ties)
+
+def trainable(net, lr, fn=None):
+    """The policy's or the critic's setup: on device, in train mode, wrapped for torchrun (its
+    forward for the loss: a Scorer, so that DDP's hooks are on completion_logprobs, not the HF
+    forward), and its own AdamW (fused: one kernel over all parameters, 0.04 s, not 0.3 s, here)."""
+    net.to(device).train()
+    if gradient_checkpointing:  # recompute activations in backward
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
+    wrapped = wrap(Scorer(net, fn), mode, local_rank)  # first: FSDP's optimizer holds the shards
+    return wrapped, torch.optim.AdamW(net.parameters(), lr=lr, betas=(beta1, beta2),
+                                      weight_decay=weight_decay, fused=True)
+
+# bf16 body: fp32 weights on that dtype's rounding ties are rounded once (model.round_ties)
 model, tokenizer = load_model(model_path, autocast_dtype)
-model.to(device).train()
-if gradient_checkpointing:
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
-
-def wrap(module):
-    """A Scorer made ready for torchrun (plain python: as is). DDP averages the gradients over ranks
-    in the last micro-batch's backward. FSDP2: fully_shard on each decoder layer, then on the whole
-    (the root: embeddings, final norm and head, gathered for the whole forward; tied weights stay
-    tied); a layer's weights are gathered for its forward and backward, its gradients reduce-scattered
-    to their shards. Weights stay fp32 (autocast casts the body as without sharding); the optimizer
-    is built after, on this rank's shards."""
-    if fsdp:
-        from torch.distributed.fsdp import fully_shard
-        for layer in module.model.base_model.layers:
-            fully_shard(layer)
-        return fully_shard(module)
-    if ddp and any(p.requires_grad for p in module.parameters()):
-        # the gradients are views into DDP's reduction buckets: no second copy of them
-        return DDP(module, device_ids=[local_rank] if device.startswith('cuda') else None,
-                   gradient_as_bucket_view=True)
-    return module
-
-def unwrapped(scorer):
-    """For the no-grad passes: DDP's hooks off (FSDP's stay: they gather the shards)."""
-    return scorer.module if isinstance(scorer, DDP) else scorer
-
-# the trainer's forward for the loss (Scorer: DDP's hooks on completion_logprobs, not the HF
-# forward)
-scorer = wrap(Scorer(model))
-# fused: one kernel over all parameters (CPU and GPU): 0.04 s, not 0.3 s, here
-optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(beta1, beta2),
-                              weight_decay=weight_decay, fused=True)
-optimizers = {'policy': (model, optimizer)}  # saved and loaded by name (model.save_optimizers)
+scorer, optimizer = trainable(model, learning_rate)
+optimizers = {'policy': (model, optimizer)}  # saved and loaded by name (checkpoint.save_optimizers)
 ref_scorer = None
 if beta > 0:  # the frozen initial model, for the KL penalty
     ref_model = load_model(model_source, autocast_dtype)[0].to(device).eval().requires_grad_(False)
-    ref_scorer = wrap(Scorer(ref_model))
+    ref_scorer = wrap(Scorer(ref_model), mode, local_rank)
 critic = critic_scorer = None
-# PPO / VAPO: the value model (the base network, a scalar head), its own AdamW
-if variant['critic']:
+if variant['critic']:  # PPO / VAPO: the value model (the base network, a scalar head), its AdamW
     critic = load_critic(os.path.join(ckpt_dir, 'critic') if resume else model_source)
-    critic.to(device).train()
     round_ties(critic, autocast_dtype, name='critic')  # the same bf16 trap as the policy's
-    if gradient_checkpointing:
-        critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
-    critic_scorer = wrap(Scorer(critic, completion_values))
-    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=critic_lr, betas=(beta1, beta2),
-                                         weight_decay=weight_decay, fused=True)
+    critic_scorer, critic_optimizer = trainable(critic, critic_lr, completion_values)
     optimizers['critic'] = (critic, critic_optimizer)
 state = load_trainer_state(ckpt_dir) if resume else None
 if resume:
     load_optimizers(os.path.join(ckpt_dir, 'optimizer'), optimizers)
-if value_warmup_steps is None:
-    value_warmup_steps = variant['value_warmup']
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vllm_fp32_head,
                      distributed=ddp, gpu_memory_utilization=vllm_gpu_memory_utilization,
                      sleep_mode=vllm_sleep and device.startswith('cuda'), verbose=verbose,
@@ -399,12 +262,6 @@ def reduce_sum(x):
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist())) if keys else t.item()
-
-def peak_memory():
-    """This rank's peak memory in bytes: CUDA's allocated peak (CPU: the resident set)."""
-    if device.startswith('cuda'):
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 seconds = {}  # the step's wall time per stage: seconds['rollout_seconds'], ...
 
@@ -437,8 +294,8 @@ train_order = list(range(len(train_rows)))
 random.Random(seed).shuffle(train_order)  # one fixed order; data_cursor is the position in it
 # prompts consumed so far (saved in checkpoints)
 data_cursor = state['data_cursor'] if resume else 0
-# completions whose verifier raised or timed out (each scored 0), of all completions verified
-reward_errors, verified = 0, 0
+# this rank's completions verified, and of them those whose verifier raised or timed out (scored 0)
+verified = {'completions': 0, 'errors': 0}
 
 def next_rows(n):
     """n rows for this rank: its share of the next n * world_size rows of the global order."""
@@ -448,57 +305,47 @@ def next_rows(n):
     return [train_rows[train_order[p % len(train_rows)]] for p in positions]
 
 def verify(completion, answer):
-    global reward_errors, verified
-    verified += 1
-    score, error = safe_score(REWARDS[reward_fn], completion, answer, reward_timeout)
+    score, error = safe_score(task.score, completion, answer, reward_timeout)
+    verified['completions'] += 1
     if error is not None:
-        reward_errors += 1
-        if reward_errors <= 3:
+        verified['errors'] += 1
+        if verified['errors'] <= 3:
             tqdm.write(f"reward_fn {reward_fn!r} failed on a completion "
                        f"({type(error).__name__}: {error}); scored 0")
     return score
 
 def rollout(rows, G):
-    """Sample G completions per row; 'correct' is the task verifier's verdict (1.0 right, 0.0
-    wrong)."""
+    """G samples per row (rollout.generate's per-sample lists, unpadded), with the task verifier's
+    verdict 'correct' (1.0 right, 0.0 wrong) and the prompt and answer they answer (samples.jsonl)."""
     prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
-    batch = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
-                     model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype)
-    answers = [rows[i // G]['answer'] for i in range(len(batch['completions']))]
-    batch['correct'] = torch.tensor([verify(c, a) for c, a in zip(batch['completions'], answers)])
-    return batch
+    samples = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
+                       model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype)
+    samples['prompt'] = [rows[i // G]['prompt'][-1]['content'] for i in range(len(rows) * G)]
+    samples['answer'] = [rows[i // G]['answer'] for i in range(len(rows) * G)]
+    samples['correct'] = [verify(c, a) for c, a in zip(samples['completions'], samples['answer'])]
+    return samples
 
 def sample(step):
     """This rank's share of the step's prompts, G samples each (DAPO's dynamic sampling: only groups
-    whose answers disagree, sampled until there are prompts_per_step of them). Returns the batch
-    (None: this or another rank has no live group, every rank skips the update) and the sampling
-    record."""
+    whose answers disagree, sampled until there are prompts_per_step of them), padded once into the
+    batch. Returns the batch (None: this or another rank has no live group, every rank skips the
+    update) and the sampling record."""
     if dynamic_sampling:
-        batch, counts = dynamic_sample(next_rows, lambda rows: rollout(rows, group_size),
-                                       prompts_per_step, group_size, oversample, max_gen_batches,
-                                       tokenizer.pad_token_id, reduce_sum, world_size)
+        samples, counts = dynamic_sample(next_rows, lambda rows: rollout(rows, group_size),
+                                         prompts_per_step, group_size, oversample, max_gen_batches,
+                                         reduce_sum, world_size)
     else:
-        batch = rollout(next_rows(prompts_per_step // world_size), group_size)
-        # a group whose answers all agree teaches nothing
-        correct = batch['correct'].view(-1, group_size)
-        counts = {'samples': len(batch['completions']),
-                  'samples_correct': batch['correct'].sum().item(), 'groups_sampled': len(correct),
-                  'groups_degenerate': (correct == correct[:, :1]).all(1).sum().item()}
+        samples = rollout(next_rows(prompts_per_step // world_size), group_size)
+        counts = round_counts(samples['correct'], group_size)[0]  # degenerate: teaches nothing
     counts = reduce_sum(counts)
-    # over every sample
-    record = {'samples': counts['samples'],
-              'accuracy': counts['samples_correct'] / max(counts['samples'], 1),
-              'degenerate_frac': counts['groups_degenerate'] / max(counts['groups_sampled'], 1)}
-    if dynamic_sampling:
-        record.update(gen_rounds=counts['gen_rounds'] / world_size,
-                      prompts_consumed=counts['groups_sampled'], live_groups=counts['groups_live'])
-        if counts['groups_live'] < prompts_per_step and master:
-            tqdm.write(f"step {step + 1}: only {counts['groups_live']:.0f} live groups after "
-                       f"{counts['gen_rounds']:.0f} rounds (max_gen_batches={max_gen_batches}); "
-                       f"training on those")
-    if reduce_sum(int(batch is None)):
-        batch = None
-    return batch, record
+    if dynamic_sampling and counts['groups_live'] < prompts_per_step and master:
+        tqdm.write(f"step {step + 1}: only {counts['groups_live']:.0f} live groups after "
+                   f"{counts['gen_rounds']:.0f} rounds (max_gen_batches={max_gen_batches}); "
+                   f"training on those")
+    record = sampling_record(counts, world_size)
+    if reduce_sum(int(samples is None)):
+        return None, record
+    return make_batch(samples, tokenizer.pad_token_id), record
 
 def shaped_rewards(batch, step):
     """The reward each sample trains on: task reward plus the enabled shaping terms, each also
@@ -506,8 +353,7 @@ def shaped_rewards(batch, step):
     lengths = batch['completion_mask'].sum(1)
     parts = {'task': torch.where(batch['correct'] > 0, 1.0, reward_wrong)}
     if format_coef:
-        formats = [FORMATS[reward_fn](c) for c in batch['completions']]
-        parts['format'] = format_coef * torch.tensor(formats)
+        parts['format'] = format_coef * torch.tensor([task.format(c) for c in batch['completions']])
     if overlong_buffer:  # DAPO soft overlong punishment
         parts['overlong'] = torch.tensor([overlong_penalty(int(n), max_new_tokens, overlong_buffer)
                                           for n in lengths])
@@ -528,74 +374,8 @@ def trained_rows(batch):
         trained[:group_size] |= not trained.any()
     return trained
 
-def parsed_answer(completion):
-    """The verifier's reading of the answer (for maj@k), None when it has none or fails on it."""
-    try:
-        return ANSWERS[reward_fn](completion)
-    except Exception:  # noqa: BLE001 -- as in verify: one bad completion costs one vote
-        return None
-
-def evaluate():
-    """Held-out metrics from k = eval_samples samples per test problem at the training temperature:
-    avg@k (eval/accuracy, the mean correctness), pass@1, pass@k (the unbiased estimator) and maj@k
-    (the majority answer). Each rank takes every world_size-th problem; the sums are reduced."""
-    k = eval_samples
-    # a rank may have no problem (fewer problems than ranks): an empty batch, zeros in the sums
-    batch = rollout(test_rows[rank::world_size], k)
-    correct = batch['correct'].view(-1, k)  # (problems, k)
-    answers = [parsed_answer(c) for c in batch['completions']]
-    n_correct = correct.sum(1).long().tolist()
-    sums = reduce_sum({
-        'n': len(batch['completions']), 'problems': len(correct),
-        'accuracy': batch['correct'].sum().item(),
-        'completion_len': batch['completion_mask'].sum().item(),
-        'truncated': batch['truncated'].float().sum().item(),
-        'pass@1': sum(pass_at_k(k, c, 1) for c in n_correct),
-        f'pass@{k}': sum(pass_at_k(k, c, k) for c in n_correct),
-        f'maj@{k}': sum(majority_correct(answers[i * k:(i + 1) * k], correct[i].tolist())
-                        for i in range(len(correct)))})
-    n, problems = sums.pop('n'), sums.pop('problems')
-    # per sample: accuracy, length, truncation; per problem: pass@ and maj@
-    return {f'eval/{key}': v / (problems if '@' in key else n) for key, v in sums.items()}
-
 # -----------------------------------------------------------------------------
 # score and update: micro-batches, the no-grad passes, the policy's optimizer passes
-def micro_batches(batch):
-    """Token-budget micro-batches: rows sorted by length (completion, then prompt) and packed
-    greedily while a micro-batch has at most micro_batch_size rows and max_tokens_per_micro tokens
-    through the body, padding included, each distinct prompt counted once (model.completion_hidden
-    shares it among the rows that answer it); each is cut to its own longest prompt and completion.
-    Returns them (on device), the number of real tokens they put through the body and the fraction
-    of their tokens that is padding."""
-    prompt_len = batch['prompt_mask'].sum(1).tolist()
-    completion_len = batch['completion_mask'].sum(1).long().tolist()
-    P = batch['prompt_ids'].shape[1]
-    G = 1 if gradient_checkpointing else group_size  # rows i // G share a prompt
-
-    def tokens(rows):
-        prompts = len({i // G for i in rows}) * max(prompt_len[i] for i in rows)
-        return prompts + len(rows) * max(1, max(completion_len[i] for i in rows))
-
-    packs = [[]]
-    for i in sorted(range(len(prompt_len)), key=lambda i: (-completion_len[i], -prompt_len[i], i)):
-        rows = packs[-1] + [i]
-        if len(rows) > 1 and (len(rows) > micro_batch_size or tokens(rows) > max_tokens_per_micro):
-            packs.append([i])
-        else:
-            packs[-1] = rows
-    mbs = []
-    for rows in packs:
-        p, c = max(prompt_len[i] for i in rows), max(1, max(completion_len[i] for i in rows))
-        # prompts keep their last p columns (left padding), completions their first c
-        def cut(k, v):
-            return v[:, P - p:] if k.startswith('prompt') else v[:, :c] if v.dim() == 2 else v
-        mbs.append({k: cut(k, v[rows]).to(device) for k, v in batch.items() if torch.is_tensor(v)})
-    if fsdp:  # every rank as many forwards and backwards: FSDP gathers and reduce-scatters in each
-        mbs = even_micro_batches(mbs)
-    real_prompts = sum(prompt_len[g * G] for rows in packs for g in {i // G for i in rows})
-    real = real_prompts + sum(completion_len)
-    return mbs, real, 1 - real / sum(tokens(rows) for rows in packs)
-
 def score_args(mb):
     ids_and_masks = mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'], mb['completion_mask']
     return (*ids_and_masks, temperature, autocast_dtype)
@@ -611,18 +391,24 @@ def score(mbs):
     for key, net in [('old_logp', scorer if need_old else None), ('ref_logp', ref_scorer),
                      ('old_values', critic_scorer)]:
         for mb in mbs if net is not None else []:
-            out = unwrapped(net)(*score_args(mb))
+            # DDP's hooks off for a no-grad pass (FSDP's stay: they gather the shards)
+            out = (net.module if isinstance(net, DDP) else net)(*score_args(mb))
             mb[key] = out if key == 'old_values' else out[0]
         if fsdp and net is not None:  # FSDP2 keeps a root gathered after a forward until its
             net.reshard()             # backward: the reference's would stay whole all run
 
-loss_hp = dict(eps_low=eps_low, eps_high=eps_high, max_new_tokens=max_new_tokens, tau_pos=tau_pos,
-               tau_neg=tau_neg, cispo_eps_high=cispo_eps_high, clip_cov_ratio=clip_cov_ratio,
-               clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub, kl_cov_ratio=kl_cov_ratio,
-               kl_cov_coef=kl_cov_coef, kl_estimator=kl_estimator, entropy_coef=entropy_coef,
-               tis_mode=tis_mode, tis_cap=tis_cap,
-               # ppo / vapo: the KL is a per-token reward instead
-               beta=0.0 if critic is not None else beta)
+# the loss knobs, one dict from the config (ppo / vapo: the KL is a per-token reward instead)
+loss_hp = {**{k: config[k] for k in LOSS_HP}, 'beta': 0.0 if critic is not None else beta}
+
+def loss_counts(batch):
+    """The step's global denominators, counted after masking and summed over ranks once per step:
+    each micro-batch's loss is its share of the whole step's loss, so the shares add up (over
+    micro-batches and ranks). Tokens, answers, and the correct answers' tokens (VAPO's NLL)."""
+    mask = batch['completion_mask']
+    positive = mask * (batch['correct'] > 0)[:, None]
+    counts = reduce_sum({'tokens': mask.sum().item(), 'seqs': len(batch['completions']),
+                         'positive_tokens': positive.sum().item()})
+    return {**counts, 'tokens': max(counts['tokens'], 1)}
 
 def micro_batch_loss(mb, counts):
     """One micro-batch's share of the step's loss (global denominators: the shares add up, over
@@ -633,39 +419,22 @@ def micro_batch_loss(mb, counts):
     loss, stats = policy_loss(loss_type, logp, old_logp, mb['advantages'], mb['completion_mask'],
                               num_tokens=counts['tokens'], num_seqs=counts['seqs'],
                               ref_logp=mb.get('ref_logp'), entropy=entropy,
-                              rollout_logp=mb.get('rollout_logp'), **loss_hp)
-    # VAPO sec. 3.4: + mu * NLL of the correct answers' tokens
-    if loss_type == 'vapo' and lm_coef > 0:
-        loss = loss + lm_coef * vapo_nll(logp, mb, counts['positive_tokens'])
-    return loss, logp, entropy, stats
-
-def batch_stats(mb, logp, entropy, n_tokens, median_len):
-    """Trainer-side statistics of the batch as sampled (first pass): entropy, the sampler's
-    mismatch, and seed 000's experiment 1 in a real step (losses.token_weight_sums: grpo weighs
-    short answers' tokens up)."""
-    mask = mb['completion_mask']
-    sums = {'n_tokens': n_tokens, 'entropy': (entropy.detach() * mask).sum().item()}
-    if 'rollout_logp' in mb:  # |log pi_trainer - log pi_sampler| over the sampled tokens
-        sums['rollout_mismatch'] = ((logp.detach() - mb['rollout_logp']).abs() * mask).sum().item()
-    return {**sums, **token_weight_sums(logp.grad, mb['advantages'], mask, median_len)}
+                              rollout_logp=mb.get('rollout_logp'), correct=mb['correct'],
+                              num_positive_tokens=counts['positive_tokens'], **loss_hp)
+    logp.retain_grad()  # for batch_stats' token weights
+    return loss, (logp, entropy, stats)
 
 def policy_update(mbs, counts, step, median_len):
     """num_iterations optimizer passes over the micro-batches, gradients accumulated over them. A
     pass with a non-finite loss or gradient ends the step's updates. Returns the statistics' sums
     (this rank's) and what the log reports of the update."""
-    sums, out = {}, {'nonfinite': False, 'updates_applied': 0}
+    sums, out = {}, {'nonfinite_skipped': 0, 'updates_applied': 0}
     for it in range(num_iterations):
         optimizer.zero_grad(set_to_none=True)
         pass_loss = 0.0  # this pass's loss: the sum of its micro-batch losses (over ranks, below)
-        for i, mb in enumerate(mbs):
-            # DDP: all-reduce the gradients only in the last micro-batch's backward
-            with scorer.no_sync() if isinstance(scorer, DDP) and i < len(mbs) - 1 else \
-                    contextlib.nullcontext():
-                loss, logp, entropy, stats = micro_batch_loss(mb, counts)
-                logp.retain_grad()
-                # DDP averages over ranks; our shares are meant to be summed
-                (loss * world_size).backward()
-            pass_loss += loss.item()
+        for mb, loss, (logp, entropy, stats) in backward_pass(
+                scorer, mbs, lambda mb: micro_batch_loss(mb, counts), world_size):
+            pass_loss += loss
             # the loss statistics (clip fractions, ...): means over all passes
             n = stats.pop('n_tokens')
             accumulate(sums, {f'loss/{k}': v * n / num_iterations for k, v in stats.items()})
@@ -682,89 +451,36 @@ def policy_update(mbs, counts, step, median_len):
         # the same on every rank after the reduce: a non-finite loss or gradient would poison the
         # weights
         if not (math.isfinite(pass_loss) and math.isfinite(out['grad_norm'])):
-            out['nonfinite'] = True
+            out['nonfinite_skipped'] = 1
             break
         # VAPO sec. 3.1: the policy waits for the critic
         if critic is None or step >= value_warmup_steps:
             optimizer.step()
             out['updates_applied'] += 1
+    if critic is not None:
+        out['policy_frozen'] = int(step < value_warmup_steps)
     return sums, out
 
 # -----------------------------------------------------------------------------
-# log: one record per step, every number already summed over ranks
-def step_record(step, batch, reward_parts, lengths, trained, sums, update, mbs, body_tokens,
-                pad_frac, sample_record):
-    """The step's log record: sums over ranks, then means (per sample, or per token of the trained
-    rows)."""
-    correct, mask = batch['correct'] > 0, batch['completion_mask']
-    # (B,) each, logged as their means over the step's samples
-    per_sample = {'reward': batch['rewards'], 'completion_len': lengths,
-                  'truncated': batch['truncated'].float(), 'trained_frac': trained.float(),
-                  **{f'reward/{k}': v for k, v in reward_parts.items()}}
-    totals = reduce_sum({**sums, **{k: v.sum().item() for k, v in per_sample.items()},
-                         'seqs': len(lengths), 'n_correct': correct.sum().item(),
-                         'len_correct': lengths[correct].sum().item(), 'body_tokens': body_tokens,
-                         'head_tokens': sum(mb['completion_mask'].sum().item() for mb in mbs)})
-    n_tokens = max(totals.pop('n_tokens', 0), 1e-9)
-    seqs, n_correct = totals['seqs'], totals['n_correct']
-    len_wrong = totals['completion_len'] - totals['len_correct']
-    # the padding of this rank's rows at the batch's full width, before micro_batches packs them
-    full_width = len(lengths) * (batch['prompt_ids'].shape[1] + mask.shape[1])
-    real_tokens = mask.sum().item() + batch['prompt_mask'].sum().item()
-    record = {
-        'step': step + 1,
-        **{k: totals[k] / seqs for k in per_sample},
-        **sample_record,
-        'completion_len_correct': totals['len_correct'] / n_correct if n_correct else None,
-        'completion_len_wrong': len_wrong / (seqs - n_correct) if n_correct < seqs else None,
-        # over the trained rows' tokens, as the loss/ statistics
-        'entropy': totals['entropy'] / n_tokens,
-        'loss': update['loss'],
-        'grad_norm': update['grad_norm'],
-        'lr': update['lr'],
-        'nonfinite_skipped': int(update['nonfinite']),
-        # optimizer steps of the policy (of num_iterations)
-        'updates_applied': update['updates_applied'],
-        'reward_errors': reduce_sum(reward_errors),
-        **seconds,
-        # real tokens through the body (a shared prompt once) and through the LM head, all passes
-        'train_tokens': totals['body_tokens'] * num_iterations,
-        'train_completion_tokens': totals['head_tokens'] * num_iterations,
-        # completion tokens through the update (the trained rows, after masking), all passes
-        'tokens_per_second': totals['head_tokens'] * num_iterations / seconds['train_seconds'],
-        'peak_memory_gib': peak_memory() / 2**30,
-        'pad_frac': pad_frac,
-        'pad_frac_unpacked': 1 - real_tokens / full_width,
-        **{k: v / n_tokens for k, v in totals.items() if k.startswith('loss/')},
-    }
-    if 'rollout_mismatch' in totals:
-        record['rollout_mismatch'] = totals['rollout_mismatch'] / n_tokens
-    if totals['n_short'] and totals['n_long']:  # grpo: > 1, dapo: 1 (losses.token_weight_sums)
-        short = totals['weight_short'] / totals['n_short']
-        record['token_weight_short_long'] = short / (totals['weight_long'] / totals['n_long'])
-    # the critic as a baseline: explained variance, V(s_0) vs GRPO's group mean
-    if critic is not None:
-        group_mean = batch['rewards'].view(-1, group_size).mean(1).repeat_interleave(group_size)
-        group_sq_err = reduce_sum(((batch['rewards'] - group_mean) ** 2).sum().item())
-        record.update(critic_record(totals, n_tokens, seqs, group_sq_err))
-        record['policy_frozen'] = int(step < value_warmup_steps)
-    return record
+# log, eval and save: the calls into report.py and checkpoint.py
+run_log = RunLog(out_dir, master, resume, config if wandb_log else None, wandb_project,
+                 wandb_run_name)
+guards = Guards({**config, 'master': master})
 
-if wandb_log and master:
-    import wandb
-    wandb.init(project=wandb_project, name=wandb_run_name, config=config, resume='allow')
-log_file = open(os.path.join(out_dir, 'log.jsonl'), 'a' if resume else 'w') if master else None
-
-def log(record):  # records hold numbers already reduced over ranks: rank 0 writes them
+def log_step(record, totals):
+    """Log the step's record with its guards (a message the first time one trips) and print its
+    line. Returns the guards it trips, {name: message}."""
+    tripped = guards.check(record, verified=totals.get('verified', 0))
+    run_log.record(record)
     if master:
-        log_file.write(json.dumps(record) + '\n')
-        log_file.flush()
-        if wandb_log:
-            wandb.log(record, step=record['step'])
+        tqdm.write(step_line(record))
+    return tripped
 
 def log_eval(step):
     """Held-out eval at step 0, every eval_interval steps and at the end (before that step's
-    checkpoint, so that a resumed run never evaluates the same step twice)."""
+    checkpoint, so that a resumed run never evaluates the same step twice): k = eval_samples
+    samples per test problem at the training temperature, each rank every world_size-th problem
+    (a rank may have none: zeros in the sums); avg@k, pass@k, maj@k (rewards.eval_sums)."""
     if not eval_interval or (step % eval_interval and step != max_iters):
         return
     t0 = time.time()
@@ -772,170 +488,39 @@ def log_eval(step):
     # early, leaves the training samples as they were, so that a resume is exact
     with torch.random.fork_rng(devices=[device] if device.startswith('cuda') else []):
         torch.manual_seed(seed + rank + 1_000_003 * (step + 1))
-        record = {'step': step, **evaluate(), 'eval/seconds': time.time() - t0}
-    log(record)
-    k = eval_samples
+        samples = rollout(test_rows[rank::world_size], eval_samples)
+    sums = reduce_sum(eval_sums(samples, eval_samples, task.answer))
+    record = {'step': step, **eval_record(sums), 'eval/seconds': time.time() - t0}
+    run_log.record(record)
     if master:
-        tqdm.write(f"step {step}: eval accuracy {record['eval/accuracy']:.3f} (avg@{k}) "
-                   f"pass@{k} {record[f'eval/pass@{k}']:.3f} maj@{k} {record[f'eval/maj@{k}']:.3f} "
-                   f"({len(test_rows)} problems, {record['eval/seconds']:.0f}s)")
+        tqdm.write('\n'.join(eval_lines(record, eval_samples, len(test_rows), samples)))
 
-# guards: what the log shows going wrong, said once in words with the knob that changes it
-guards_said, degenerate_steps, first_mismatch = set(), 0, None
+def save(steps_done):
+    """Every rank: a checkpoint after steps_done optimizer steps (checkpoint.save_run)."""
+    save_run(ckpt_dir, model, tokenizer, optimizers, {
+        'step': steps_done, 'model_source': model_source, 'config': config,
+        'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor},
+        device, critic=critic)
 
-def guard_warnings(record):
-    """The names and messages of the guards that this step's record trips (every number in it is
-    already reduced over ranks, so every rank comes to the same verdict)."""
-    global degenerate_steps, first_mismatch
-    degenerate_steps = degenerate_steps + 1 if record.get('degenerate_frac', 0) == 1 else 0
-    mismatch = record.get('rollout_mismatch', 0.0)  # (vLLM only)
-    if 'rollout_mismatch' in record and first_mismatch is None:
-        first_mismatch = max(mismatch, 0.01)  # the engine was loaded with these weights: in sync
-    ratio = mismatch / first_mismatch if first_mismatch else 0.0
-    return [
-        ('truncated', record.get('truncated', 0) > warn_truncated,
-         f"{record.get('truncated', 0):.0%} of the answers were cut at "
-         f"max_new_tokens={max_new_tokens}: raise it (or mask_truncated=True)"),
-        ('degenerate', degenerate_steps >= warn_degenerate_steps > 0,
-         f"every group's answers agreed for {degenerate_steps} steps: no gradient; the task is "
-         f"too easy or too hard for the model (or try dynamic_sampling=True)"),
-        ('reward_errors', record.get('reward_errors', 0) > max(3, 0.01 * reduce_sum(verified)),
-         f"{record.get('reward_errors', 0):.0f} completions' verifier raised or timed out (each "
-         f"scored 0): check reward_fn={reward_fn!r} and reward_timeout={reward_timeout}"),
-        ('mismatch', ratio > warn_mismatch > 0,
-         f"rollout_mismatch {mismatch:.3f} is {ratio:.1f}x the first step's: the sampler drifts "
-         f"from the trainer (tis_mode='token_truncate' corrects for it)"),
-        ('sync', ratio > stop_mismatch > 0,
-         f"rollout_mismatch {mismatch:.3f} is {ratio:.1f}x the first step's (stop_mismatch="
-         f"{stop_mismatch}): the sampler no longer follows the trainer; is the weight sync "
-         f"(rollout.sync_weights) working?"),
-    ]
-
-def log_step(record):
-    """Log the step's record with its guards, print its line and each guard's message the first
-    time it trips; a tripped sync guard requests a stop (checkpoint, then exit with the message).
-    max_bad_steps non-finite steps in a row abort the run."""
-    global stop_requested, abort_message, bad_steps
-    for name, tripped, message in guard_warnings(record):
-        if not tripped:
-            continue
-        record[f'guard/{name}'] = 1
-        if name == 'sync':
-            stop_requested, abort_message = True, f"stopping: {message}"
-        elif name not in guards_said and master:
-            tqdm.write(f"warning, step {record['step']}: {message}")
-        guards_said.add(name)
-    log(record)
-    if master and 'skipped' in record:
-        tqdm.write(f"step {record['step']}: no live group, update skipped")
-    elif master:
-        tqdm.write(f"step {record['step']}: reward {record['reward']:.3f} "
-                   f"len {record['completion_len']:.1f} entropy {record['entropy']:.3f} "
-                   f"clip {record.get('loss/clip_frac', 0):.4f} gnorm {record['grad_norm']:.3f} "
-                   f"| rollout {record['rollout_seconds']:.1f}s train {record['train_seconds']:.1f}s "
-                   f"sync {record['sync_seconds']:.2f}s")
-    if 'skipped' in record:
-        return
-    bad_steps = bad_steps + 1 if record['nonfinite_skipped'] else 0
-    if bad_steps and master:
-        tqdm.write(f"step {record['step']}: non-finite loss or grad norm, optimizer step skipped "
-                   f"({bad_steps} in a row; {record['updates_applied']} of {num_iterations} "
-                   f"updates applied before it)")
-    if bad_steps >= max_bad_steps:
-        raise SystemExit(f"aborting: {bad_steps} steps in a row with a non-finite loss or grad "
-                         f"norm (max_bad_steps={max_bad_steps}); the last checkpoint holds the last "
-                         f"good weights")
-
-def summary():
-    """What a user wants at the end: held-out numbers at the first and last eval of the run (from
-    the log, so a resumed run counts from its start), where the checkpoint is, what comes next."""
-    evals = [r for r in map(json.loads, open(os.path.join(out_dir, 'log.jsonl')))
-             if 'eval/accuracy' in r]
-    k = eval_samples
-    for key in ['eval/accuracy', f'eval/pass@{k}', f'eval/maj@{k}'] if evals else []:
-        print(f"{key}: {evals[0].get(key, float('nan')):.3f} at step {evals[0]['step']} -> "
-              f"{evals[-1].get(key, float('nan')):.3f} at step {evals[-1]['step']}")
-    args = [a for a in sys.argv[1:] if not a.startswith(('--init_from=', '--max_iters='))]
-    per_node = int(os.environ.get('LOCAL_WORLD_SIZE', world_size))
-    launcher = f"torchrun --nproc_per_node={per_node}" if ddp else "python"
-    if world_size > per_node:  # several nodes: each launches its share, with its rendezvous flags
-        launcher += f" --nnodes={world_size // per_node} --node_rank=... --rdzv_endpoint=..."
-    # this run's checkpoint (not one an earlier run left in out_dir); a stopped run continues to
-    # max_iters, a finished one beyond it
-    if saved_step is not None:
-        more = max_iters if saved_step < max_iters else 2 * max_iters
-        print(f"checkpoint (step {saved_step}): {ckpt_dir}\ncontinue: {launcher} train.py "
-              f"{' '.join(args)} --init_from=resume --max_iters={more}")
-    print(f"plot: python plot.py {out_dir}")
-
-# -----------------------------------------------------------------------------
-# save: checkpoints, and SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, save,
-# exit
-stop_requested, abort_message = False, None
-saved_step = None  # the step of this run's latest checkpoint (summary)
+# SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, save, exit
+stop_signal = threading.Event()
 
 def request_stop(signum, frame):
-    global stop_requested
-    stop_requested = True
+    stop_signal.set()
     tqdm.write(f"{signal.Signals(signum).name}: finishing this step, then checkpoint and exit")
 
 signal.signal(signal.SIGTERM, request_stop)
 signal.signal(signal.SIGINT, request_stop)
-
-def rng_state():
-    return {'python': random.getstate(), 'torch': torch.get_rng_state(),
-            # this rank's GPU only: a resume may see fewer GPUs (get_rng_state_all: one per GPU)
-            'cuda': torch.cuda.get_rng_state(device) if device.startswith('cuda') else None}
-
-def checkpoint_and_maybe_stop(steps_done):
-    """Checkpoint when due (every ckpt_interval steps, at the end, on a stop request on any rank);
-    rank 0 writes it, with every rank's RNG state. True means stop (all ranks decide together)."""
-    global saved_step
-    stop = reduce_sum(int(stop_requested)) > 0
-    due = (ckpt_interval > 0 and steps_done % ckpt_interval == 0) or steps_done == max_iters or stop
-    if due and ckpt_interval != -1:
-        rngs = [None] * world_size
-        if ddp:
-            dist.all_gather_object(rngs, rng_state())
-        else:
-            rngs = [rng_state()]
-        # every rank writes its part of the optimizer state (DCP) into a folder that rank 0 moves
-        # into the checkpoint; FSDP: the weights gathered whole to rank 0 (every rank takes part)
-        optimizer_dir = ckpt_dir + '.optimizer'
-        if master:
-            shutil.rmtree(optimizer_dir, ignore_errors=True)
-        if ddp:
-            dist.barrier()
-        save_optimizers(optimizer_dir, optimizers)
-        weights = {'model': full_state(model), 'critic': full_state(critic) if critic else None}
-        if master:
-            save_checkpoint(ckpt_dir, model, tokenizer, {
-                'step': steps_done, 'model_source': model_source, 'config': config,
-                'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor,
-                'rng': rngs}, critic=critic, state_dict=weights['model'],
-                critic_state_dict=weights['critic'], optimizer_dir=optimizer_dir)
-        saved_step = steps_done
-        if ddp:
-            dist.barrier()
-    if stop and master:
-        tqdm.write(f"stopped after step {steps_done}" + ("; continue with --init_from=resume"
-                                                         if ckpt_interval != -1 else ""))
-    return stop
-
 # the RNG states go back last, after everything that may draw from them while loading
-start_step, bad_steps = 0, 0  # bad_steps: non-finite steps in a row (log_step)
+start_step = state['step'] if resume else 0
+saved_step = start_step if resume else None  # the step of this run's latest checkpoint (summary)
 if resume:
-    start_step = saved_step = state['step']
-    # on more ranks than saved, a new rank keeps its own fresh stream (seed + rank)
-    if rank < len(state['rng']):
-        random.setstate(state['rng'][rank]['python'])
-        torch.set_rng_state(state['rng'][rank]['torch'])
-        if device.startswith('cuda') and state['rng'][rank]['cuda'] is not None:
-            torch.cuda.set_rng_state(state['rng'][rank]['cuda'], device)
+    restore_rng(state['rng'], rank, device)
     if master:
         print(f"resumed from {ckpt_dir} at step {start_step}"
               + (f" (saved by {len(state['rng'])} ranks, now {world_size})"
                  if len(state['rng']) != world_size else ""))
+bad_steps, abort_message = 0, None  # non-finite steps in a row; why the run stopped early
 
 # -----------------------------------------------------------------------------
 # the loop
@@ -947,68 +532,79 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
     with timed('rollout'):
         batch, sample_record = sample(step)
     if batch is None:  # some rank has no live group (dynamic sampling): every rank skips the update
-        log_step({'step': step + 1, **sample_record, 'rollout_seconds': seconds['rollout_seconds'],
-                  'skipped': 1})
-        log_eval(step + 1)
-        if checkpoint_and_maybe_stop(step + 1):
-            break
-        continue
-    batch['rewards'], reward_parts = shaped_rewards(batch, step)
-    lengths = batch['completion_mask'].sum(1)  # (B,) before any masking
-    # GRPO eq.: A_i = (r_i - mean(r_group)) / std(r_group), one advantage per completion
-    batch['advantages'] = group_advantages(batch['rewards'], group_size, adv_scale, eps=1e-6,
-                                           reduce_sum=reduce_sum)
-    # DAPO overlong filtering: truncated answers get no loss and leave the token count
-    if mask_truncated:
-        batch['completion_mask'] = batch['completion_mask'] * ~batch['truncated'][:, None]
-    trained = trained_rows(batch)
-    if batch['rollout_logp'] is None:
-        del batch['rollout_logp']
-    if old_logp_source == 'rollout':  # verl's bypass: the sampler's log-probs are pi_old
-        batch['old_logp'] = batch['rollout_logp']
-    # global denominators, counted after masking and summed over ranks once per step: each
-    # micro-batch's loss is its share of the whole step's loss, so the shares add up (over
-    # micro-batches and ranks)
-    mask = batch['completion_mask']
-    positive = mask * (batch['correct'] > 0)[:, None]  # the correct answers' tokens (VAPO's NLL)
-    counts = reduce_sum({'tokens': mask.sum().item(), 'seqs': len(batch['completions']),
-                         'positive_tokens': positive.sum().item()})
-    counts['tokens'] = max(counts['tokens'], 1)
+        record, totals = {'step': step + 1, **sample_record, 'skipped': 1,
+                          'rollout_seconds': seconds['rollout_seconds']}, {}
+    else:
+        batch['rewards'], reward_parts = shaped_rewards(batch, step)
+        lengths = batch['completion_mask'].sum(1)  # (B,) before any masking
+        # GRPO eq.: A_i = (r_i - mean(r_group)) / std(r_group), one advantage per completion
+        batch['advantages'] = group_advantages(batch['rewards'], group_size, adv_scale, eps=1e-6,
+                                               reduce_sum=reduce_sum)
+        run_log.step_samples(step, batch, reward_parts, samples_per_step)
+        # DAPO overlong filtering: truncated answers get no loss and leave the token count
+        if mask_truncated:
+            batch['completion_mask'] = batch['completion_mask'] * ~batch['truncated'][:, None]
+        trained = trained_rows(batch)
+        if old_logp_source == 'rollout':  # verl's bypass: the sampler's log-probs are pi_old
+            batch['old_logp'] = batch['rollout_logp']
+        counts = loss_counts(batch)  # the loss's global denominators, after masking
 
-    # --- score: pi_old / pi_ref / V_old, one no-grad pass each when needed; the critic's advantages
-    sleep(engine)  # GPU: the KV cache makes room for the update until the next rollout
-    with timed('score'):
-        model.train()
-        trained_batch = {k: v[trained] for k, v in batch.items() if torch.is_tensor(v)}
-        mbs, body_tokens, pad_frac = micro_batches(trained_batch)
-        score(mbs)
-        # PPO / VAPO: per-token advantages from the critic (GAE), whitened (critic.py)
-        if critic is not None:
-            critic_advantages(mbs, loss_type, gae_lambda, lam_alpha, beta, reduce_sum)
+        # --- score: pi_old / pi_ref / V_old, one no-grad pass each when needed; the critic's A
+        sleep(engine)  # GPU: the KV cache makes room for the update until the next rollout
+        with timed('score'):
+            model.train()
+            trained_batch = {k: v[trained] for k, v in batch.items() if torch.is_tensor(v)}
+            shared = 1 if gradient_checkpointing else group_size  # rows sharing a prompt's pass
+            mbs, body_tokens, pad_frac = micro_batches(trained_batch, shared, micro_batch_size,
+                                                       max_tokens_per_micro, device, even=fsdp)
+            score(mbs)
+            # PPO / VAPO: per-token advantages from the critic (GAE), whitened (critic.py)
+            if critic is not None:
+                critic_advantages(mbs, variant['critic'], gae_lambda, lam_alpha, beta, reduce_sum)
 
-    # --- update: num_iterations passes of micro-batched loss / backward, grad clip, AdamW
-    with timed('train'):
-        sums, update = policy_update(mbs, counts, step, lengths.median())
-        # the critic: num_iterations passes of PPO's clipped value loss, its own AdamW
-        if critic is not None:
-            sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args,
-                                      num_iterations, vf_clip, counts['tokens'], grad_clip,
-                                      world_size, isinstance(critic_scorer, DDP)))
+        # --- update: num_iterations passes of micro-batched loss / backward, grad clip, AdamW
+        with timed('train'):
+            sums, update = policy_update(mbs, counts, step, lengths.median())
+            # the critic: num_iterations passes of PPO's clipped value loss, its own AdamW
+            if critic is not None:
+                sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args,
+                                          num_iterations, vf_clip, counts['tokens'], grad_clip,
+                                          world_size))
 
-    # --- sync the new weights into the sampler
-    with timed('sync'):
-        sync_weights(engine, model)
+        # --- sync the new weights into the sampler
+        with timed('sync'):
+            sync_weights(engine, model)
+        # every sum of the step over ranks, in one reduction, and the record of their means
+        sums.update(step_sums(batch, reward_parts, lengths, trained, mbs, body_tokens, verified,
+                              group_size if critic is not None else None))
+        totals = reduce_sum(sums)
+        record = step_record(step, totals, update, sample_record, num_iterations,
+                             rank_numbers(batch, seconds, pad_frac, device))
 
-    # --- log: sums over ranks, then means; the guards; a run of non-finite steps aborts
-    record = step_record(step, batch, reward_parts, lengths, trained, sums, update, mbs,
-                         body_tokens, pad_frac, sample_record)
-    log_step(record)
+    # --- log: the record, its guards, the console line; non-finite steps in a row abort
+    tripped = log_step(record, totals)
+    if 'skipped' not in record:
+        bad_steps = bad_steps + 1 if record['nonfinite_skipped'] else 0
+        if bad_steps and master:
+            tqdm.write(bad_step_line(record, bad_steps, num_iterations))
+        if bad_steps >= max_bad_steps:
+            raise SystemExit(abort_line(bad_steps, max_bad_steps))
 
     # --- eval: held-out avg@k, pass@k, maj@k every eval_interval steps and at the end
     log_eval(step + 1)
 
-    # --- save (step + 1 optimizer steps are done; the data position and RNGs resume from here)
-    if checkpoint_and_maybe_stop(step + 1):
+    # --- save: when due; a stop (SIGTERM / SIGINT on any rank, the sync guard) saves and ends here
+    if 'sync' in tripped:
+        abort_message = f"stopping: {tripped['sync']}"
+    stop = reduce_sum(int(stop_signal.is_set() or 'sync' in tripped)) > 0
+    due = ckpt_interval > 0 and (step + 1) % ckpt_interval == 0 or step + 1 == max_iters or stop
+    if due and ckpt_interval != -1:
+        save(step + 1)
+        saved_step = step + 1
+    if stop:
+        if master:
+            tqdm.write(f"stopped after step {step + 1}"
+                       + ("; continue with --init_from=resume" if ckpt_interval != -1 else ""))
         break
 
 shutdown(engine)  # vLLM first: its process groups hang off the default one
@@ -1017,4 +613,4 @@ if ddp and dist.is_initialized():  # vLLM 0.32's shutdown destroys it, 0.33's do
 if abort_message:
     raise SystemExit(abort_message)
 if master:
-    summary()
+    summary(out_dir, eval_samples, saved_step, ckpt_dir, max_iters, world_size if ddp else 0)

@@ -1,7 +1,8 @@
 # DAPO at 7B on one 8-GPU node (80 GB each): config/dapo.py with Qwen2.5-Math-7B, sharded by FSDP2.
 #     torchrun --nproc_per_node=8 train.py config/dapo_7b.py
-# Sizes from the memory plan in the README ("Memory plan"): under DDP every rank would hold 16 bytes a
-# parameter (122 GB); FSDP over 8 ranks holds 15 GB of weights, gradients and AdamW state per GPU.
+# Sizes from the memory plan (docs/distributed.md, "Memory plan"): under DDP every rank would hold
+# 16 bytes a parameter (122 GB); FSDP over 8 ranks holds 15 GB of weights, gradients and AdamW
+# state per GPU.
 # Not yet run on GPUs (none was available): `sh gpu_check.sh` first, then a few steps of this.
 exec(open('config/dapo.py').read())
 out_dir = 'out/dapo_7b'

@@ -30,12 +30,20 @@ def small_model():
     return SMALL_MODEL_DIR
 
 
+def verifier_config(tmp_path, score):
+    """A config file (its path) that replaces the arithmetic task's verifier with the lambda
+    `score` (source text of `lambda completion, answer: ...`)."""
+    path = tmp_path / "verifier.py"
+    path.write_text("import rewards\n"
+                    "rewards.TASKS['arithmetic'] = rewards.TASKS['arithmetic']._replace(\n"
+                    f"    score={score})\n")
+    return str(path)
+
+
 def parity_reward(tmp_path, never=None):
     """A config file (its path) that replaces the arithmetic verifier: an answer is right when its
     length in characters is even, so that, whatever the model samples, a group of G agrees with
     probability 2 / 2**G (live groups almost surely); the answer `never` of a data row is never
     right (its groups are surely degenerate)."""
-    path = tmp_path / "parity_reward.py"
-    path.write_text("import rewards\nrewards.REWARDS['arithmetic'] = lambda completion, answer: "
-                    f"0.0 if answer == {never!r} else float(len(completion) % 2 == 0)\n")
-    return str(path)
+    return verifier_config(tmp_path, "lambda completion, answer: "
+                           f"0.0 if answer == {never!r} else float(len(completion) % 2 == 0)")

@@ -6,7 +6,7 @@ rewards), and for ppo / vapo the critic's GAE and whitening over all ranks' toke
 (critic.critic_update); global token / sequence counts are all-reduced once, micro-batches run
 under no_sync, and each loss is multiplied by world_size for DDP's averaging.
 
-With PARALLEL='fsdp' the split step runs under FSDP2 instead of DDP, sharded as train.py's wrap
+With PARALLEL='fsdp' the split step runs under FSDP2 instead of DDP, sharded as model.wrap
 shards (fully_shard on each decoder layer, then on the Scorer), with no no_sync: every micro-batch's
 gradients are reduce-scattered into the shards.
 
@@ -22,23 +22,21 @@ FSDP rank its shards) and loaded into unsharded optimizers (model.load_optimizer
 the state of the single-process step, as a resume on another world size or layout needs.
 
     torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH [PARALLEL]"""
-import contextlib
 import datetime
 import os
 import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from critic import critic_advantages, critic_update, vapo_nll  # noqa: E402
-from losses import CRITIC_LOSS_TYPES, group_advantages, policy_loss  # noqa: E402
-from model import (Scorer, completion_values, even_micro_batches, load_optimizers,  # noqa: E402
-                   save_optimizers)
+from checkpoint import load_optimizers, save_optimizers  # noqa: E402
+from critic import critic_advantages, critic_update  # noqa: E402
+from losses import CRITIC_LOSS_TYPES, VARIANTS, group_advantages, policy_loss  # noqa: E402
+from model import Scorer, backward_pass, completion_values, even_micro_batches, wrap  # noqa: E402
 
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
@@ -75,16 +73,6 @@ def args_of(mb):
             None)
 
 
-def wrap(scorer, ddp):
-    if not ddp:
-        return scorer
-    if parallel == 'fsdp':
-        for layer in scorer.model.base_model.layers:
-            fully_shard(layer)
-        return fully_shard(scorer)
-    return DDP(scorer)
-
-
 def flat(params):  # FSDP's shards gathered whole
     return torch.cat([(p.full_tensor() if isinstance(p, DTensor) else p).detach().flatten()
                       for p in params])
@@ -99,7 +87,7 @@ def one_step(rows, ddp, micro):
         return dict(zip(sorted(x), t.tolist()))
 
     model = tiny(LlamaForCausalLM, 0)
-    scorer = wrap(Scorer(model), ddp)
+    scorer = wrap(Scorer(model), parallel if ddp else None)
     # the update is the gradient itself; so is the momentum buffer (the optimizer state saved)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5)
     mine = {k: v[rows] for k, v in batch.items()}
@@ -112,7 +100,7 @@ def one_step(rows, ddp, micro):
     if ddp and parallel == 'fsdp':
         mbs = even_micro_batches(mbs)
     if BETA > 0:  # the reference model's no-grad pass
-        ref = wrap(Scorer(tiny(LlamaForCausalLM, 2)), ddp)
+        ref = wrap(Scorer(tiny(LlamaForCausalLM, 2)), parallel if ddp else None)
         with torch.no_grad():
             for mb in mbs:
                 mb['ref_logp'] = (ref.module if isinstance(ref, DDP) else ref)(*args_of(mb))[0]
@@ -124,31 +112,28 @@ def one_step(rows, ddp, micro):
     critic = None
     if loss_type in CRITIC_LOSS_TYPES:
         critic = tiny(LlamaForTokenClassification, 1)
-        critic_scorer = wrap(Scorer(critic, completion_values), ddp)
+        critic_scorer = wrap(Scorer(critic, completion_values), parallel if ddp else None)
         critic_optimizer = torch.optim.SGD(critic.parameters(), lr=1.0, momentum=0.5)
         no_hooks = critic_scorer.module if isinstance(critic_scorer, DDP) else critic_scorer
         with torch.no_grad():
             for mb in mbs:
                 mb['old_values'] = no_hooks(*args_of(mb))
         # alpha 0.5: lambda > 0 here
-        critic_advantages(mbs, loss_type, 0.95, 0.5, reduce_sum=reduce_sum)
-    for i, mb in enumerate(mbs):
-        last = i == len(mbs) - 1
-        with scorer.no_sync() if isinstance(scorer, DDP) and not last else contextlib.nullcontext():
-            logp, _ = scorer(*args_of(mb))
-            loss, _ = policy_loss(loss_type, logp, logp.detach(), mb['advantages'],
-                                  mb['completion_mask'], num_tokens=counts['tokens'],
-                                  num_seqs=counts['seqs'], max_new_tokens=C,
-                                  ref_logp=mb.get('ref_logp'), beta=BETA)
-            if loss_type == 'vapo':
-                loss = loss + 0.1 * vapo_nll(logp, mb, counts['positive'])
-            (loss * (world if ddp else 1)).backward()
+        critic_advantages(mbs, VARIANTS[loss_type]['critic'], 0.95, 0.5, reduce_sum=reduce_sum)
+    def loss_of(mb):  # train.py's micro_batch_loss (vapo: its NLL term, lm_coef 0.1)
+        logp, _ = scorer(*args_of(mb))
+        return policy_loss(loss_type, logp, logp.detach(), mb['advantages'], mb['completion_mask'],
+                           num_tokens=counts['tokens'], num_seqs=counts['seqs'], max_new_tokens=C,
+                           ref_logp=mb.get('ref_logp'), beta=BETA, correct=mb['correct'],
+                           num_positive_tokens=counts['positive'], lm_coef=0.1)
+    for _ in backward_pass(scorer, mbs, loss_of, world if ddp else 1):
+        pass
     optimizer.step()
     params = [flat(model.parameters())]
     optimizers = {'policy': (model, optimizer)}
     if critic is not None:
         critic_update(critic_scorer, critic_optimizer, mbs, args_of, 1, 0.5, counts['tokens'], 0.0,
-                      world if ddp else 1, isinstance(critic_scorer, DDP))
+                      world if ddp else 1)
         params.append(flat(critic.parameters()))
         optimizers['critic'] = (critic, critic_optimizer)
     return torch.cat(params), optimizers

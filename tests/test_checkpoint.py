@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-import model as model_py
+import checkpoint as checkpoint_py
 from conftest import MODEL_DIR
-from model import load_trainer_state, read_checkpoint_meta, save_checkpoint
+from checkpoint import load_trainer_state, read_checkpoint_meta, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def crash_at_rename(monkeypatch, src_name):
         if os.path.basename(src) == src_name:
             raise KeyboardInterrupt("simulated crash")
         replace(src, dst)
-    monkeypatch.setattr(model_py.os, "replace", dying_replace)
+    monkeypatch.setattr(checkpoint_py.os, "replace", dying_replace)
 
 
 def test_only_the_previous_checkpoint_left_in_ckpt_old(tmp_path, tiny):

@@ -31,7 +31,7 @@ BAD = [
     (["--old_logp_source=vllm"], "old_logp_source='vllm'; valid: policy, rollout"),
     (["--old_logp_source=rollout", "--rollout_engine=hf"],
      "old_logp_source='rollout' needs rollout_engine='vllm'"),
-    (["--REWARDS={}"], "unknown config key 'REWARDS'"),  # imported tables are not config
+    (["--TASKS={}"], "unknown config key 'TASKS'"),  # imported tables are not config
     (["--LOSS_TYPES=()"], "unknown config key 'LOSS_TYPES'"),
     (["--eps_high=abc"], "eps_high='abc' is str, expected float"),  # None default, annotated
     (["--value_warmup_steps=2.5"], "value_warmup_steps=2.5 is float, expected int"),
@@ -100,12 +100,13 @@ ADV_SCALES = [([NO_MODEL, "--loss_type=dr_grpo"], "none"), ([NO_MODEL, "--loss_t
               ([NO_MODEL, "--loss_type=dr_grpo", "--adv_scale=batch"], "batch")]
 VALID += [args for args, _ in ADV_SCALES]
 
-# train.py from the top to the end of its checks section (all that runs before data and model
-# load), once per argv, in one process: a train.py start costs ~5 s of imports, 80 of them minutes
+# train.py from the top to the end of its config section (the configurator with its checks, and
+# the variant's defaults: all that runs before data and model load), once per argv, in one
+# process: a train.py start costs ~5 s of imports, 80 of them minutes
 CHECK_EACH = """
 import contextlib, io, json, sys
 lines = open('train.py').read().splitlines(keepends=True)
-start = next(i for i, line in enumerate(lines) if line.startswith('# checks that fail fast'))
+start = next(i for i, line in enumerate(lines) if line.startswith("exec(open("))
 end = next(i for i in range(start, len(lines)) if lines[i].startswith('# ---'))
 head = compile(''.join(lines[:end]), 'train.py', 'exec')
 results = []
@@ -214,7 +215,7 @@ def test_bad_key_inside_config_file(tmp_path):
 
 
 @pytest.mark.parametrize("line, name", [
-    ("REWARDS = {}", "REWARDS"), ("LOSS_TYPES = ()", "LOSS_TYPES"), ("def helper(): 0", "helper")])
+    ("TASKS = {}", "TASKS"), ("LOSS_TYPES = ()", "LOSS_TYPES"), ("def helper(): 0", "helper")])
 def test_config_file_may_assign_only_config_keys(tmp_path, line, name):
     """Besides config keys, a config file may define '_' helpers and import modules: no more."""
     cfg = tmp_path / "bad.py"
@@ -225,10 +226,13 @@ def test_config_file_may_assign_only_config_keys(tmp_path, line, name):
 
 
 def configurator(head, *argv):
-    """Run configurator.py alone (no torch) over the globals that the code `head` defines (with
-    config_keys, as train.py); it prints the config keys' values on its last line."""
+    """Run configurator.py's parsing alone (no torch, not its checks of train.py's keys) over the
+    globals that the code `head` defines (with config_keys and config_error, as train.py); it
+    prints the config keys' values on its last line."""
     code = (f"import sys\n{head}\nsys.argv = ['x', *{list(argv)!r}]\n"
-            "exec(open('configurator.py').read())\n"
+            "def config_error(msg):\n    print(f'config error: {msg}', file=sys.stderr)\n"
+            "    sys.exit(2)\n"
+            "exec(open('configurator.py').read().split('# checks that fail fast')[0])\n"
             "print(repr(tuple(globals()[k] for k in config_keys)))")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
@@ -314,7 +318,9 @@ def test_every_recipe_loads_and_names_a_valid_variant(recipe):
     head = "\n".join(f"{k}: {hint} = {value!r}" if hint else f"{k} = {value!r}"
                      for k, (value, hint) in train_config().items())
     code = (f"import sys, json\n{head}\nconfig_keys = {sorted(train_config())!r}\n"
-            f"sys.argv = ['x', 'config/{recipe}']\nexec(open('configurator.py').read())\n"
+            "def config_error(msg):\n    sys.exit(f'config error: {msg}')\n"
+            f"sys.argv = ['x', 'config/{recipe}']\n"
+            "exec(open('configurator.py').read().split('# checks that fail fast')[0])\n"
             "print(json.dumps({k: globals()[k] for k in config_keys}))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -322,3 +328,13 @@ def test_every_recipe_loads_and_names_a_valid_variant(recipe):
     assert config["loss_type"] in LOSS_TYPES
     if recipe[:-3] in LOSS_TYPES:  # the variant recipes are named after their loss_type
         assert config["loss_type"] == recipe[:-3] and config["num_iterations"] == 2
+
+
+def test_the_loss_knobs_defaults_are_train_pys():
+    """losses.LOSS_HP names the knobs that reach policy_loss as one dict (train.py: its config's
+    values); each is a train.py key with the same default (max_new_tokens, a rollout key that Dr.
+    GRPO's constant needs, has none in losses.py)."""
+    from losses import LOSS_HP
+    defaults = {k: value for k, (value, _) in train_config().items()}
+    assert {k: defaults[k] for k in LOSS_HP if k != "max_new_tokens"} == {
+        k: v for k, v in LOSS_HP.items() if k != "max_new_tokens"}

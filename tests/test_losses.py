@@ -15,6 +15,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import losses  # noqa: E402
+import practice  # noqa: E402
 from losses import LOSS_TYPES, group_advantages, kl_penalty, policy_loss, tis_weights  # noqa: E402
 
 D = torch.float64
@@ -41,7 +42,7 @@ def make(ratios, old=None, T=4, pad=0.0):
 
 def grad_of(loss_type, logp, old_logp, adv, mask, **hp):
     """-dJ/dlogp flipped back to dJ/dlogp, plus the stats."""
-    loss, stats = policy_loss(loss_type, logp, old_logp, adv, mask, **hp)
+    loss, stats = policy_loss(loss_type, logp, old_logp, adv, mask, **{"lm_coef": 0.0, **hp})
     (g,) = torch.autograd.grad(loss, logp)
     return -g, stats
 
@@ -65,7 +66,7 @@ reward the rare token: H = 0.871 -> 0.903
 
 
 def test_oracle_experiment_1_token_weights():
-    rows = losses.practice_token_weights()
+    rows = practice.practice_token_weights()
     assert {k: [round(w, 4) for w in v] for k, v in rows.items()} == {
         "GRPO": [0.0625, 0.0208, -0.0625, -0.0208],
         "DAPO": [0.0312, 0.0312, -0.0312, -0.0312],
@@ -79,21 +80,21 @@ def test_oracle_experiment_1_token_weights():
 
 
 def test_oracle_experiment_2_rare_token():
-    rows = {k: (round(r, 3), round(c, 3)) for k, (r, c) in losses.practice_rare_token().items()}
+    rows = {k: (round(r, 3), round(c, 3)) for k, (r, c) in practice.practice_rare_token().items()}
     assert rows == {"GRPO, eps=0.2": (0.0, 0.1), "DAPO, eps_high=0.28": (0.0, 0.1),
                     "CISPO, weight <= 5": (0.2, 0.1), "GSPO": (0.0, 0.0)}
 
 
 def test_oracle_experiment_3_entropy():
     common = [round(h, 3) for h in
-              losses.practice_entropy(losses.ENTROPY_CASES["reward the common token"])]
+              practice.practice_entropy(practice.ENTROPY_CASES["reward the common token"])]
     rare = [round(h, 3) for h in
-            losses.practice_entropy(losses.ENTROPY_CASES["reward the rare token"])]
+            practice.practice_entropy(practice.ENTROPY_CASES["reward the rare token"])]
     assert common == [0.871, 0.655] and rare == [0.871, 0.903]
 
 
 def test_oracle_stdout_is_the_lessons_output():
-    out = subprocess.run([sys.executable, os.path.join(REPO, "losses.py")], capture_output=True,
+    out = subprocess.run([sys.executable, os.path.join(REPO, "practice.py")], capture_output=True,
                          text=True, check=True, cwd=REPO).stdout
     assert out == EXPECTED_STDOUT
 
@@ -397,6 +398,7 @@ def test_padding_gets_no_gradient(tis_mode):
             torch.manual_seed(0)                                   # clip_cov picks tokens at random
             loss, st = policy_loss(loss_type, logp, data["old"], data["adv"], mask,
                                    max_new_tokens=T, beta=0.05, ref_logp=data["ref"], entropy=ent,
+                                   correct=torch.ones(data["adv"].shape[0]),
                                    entropy_coef=0.01, rollout_logp=data["roll"], tis_mode=tis_mode,
                                    clip_cov_ratio=0.3, clip_cov_lb=-9)
             loss.backward()
@@ -425,7 +427,7 @@ def test_extreme_ratios_and_bf16_inputs_stay_finite():
             for sign in (1.0, -1.0):
                 adv = torch.tensor([sign, -sign], dtype=dtype)
                 loss, st = policy_loss(loss_type, logp, old, adv, mask, max_new_tokens=3, beta=0.1,
-                                       ref_logp=old)
+                                       ref_logp=old, correct=(adv > 0).to(dtype))
                 (g,) = torch.autograd.grad(loss, logp)
                 assert (torch.isfinite(loss) and torch.isfinite(g).all()
                         and g.dtype == dtype), (loss_type, dtype)
@@ -675,3 +677,24 @@ def test_readme_variant_table_names_functions_that_exist():
             fn = getattr(losses, function, None) or getattr(critic, function)
             quoted = re.findall(r'"(\w+)"', detail)
             assert all(f'"{q}"' in inspect.getsource(fn) for q in quoted), (name, function, quoted)
+
+
+def test_vapo_nll_is_a_term_of_vapos_loss_only():
+    """VAPO sec. 3.4: vapo's loss is its policy term + lm_coef * the NLL of the correct answers'
+    tokens, averaged over the step's num_positive_tokens: d loss / d logp gains -lm_coef / n on
+    every token of a correct answer and nothing elsewhere (padding, wrong answers, other variants)."""
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=D)
+    old = torch.randn(3, 4, dtype=D) - 1
+    adv, correct = torch.tensor([1.0, -1.0, 0.5], dtype=D), torch.tensor([1.0, 0.0, 1.0])
+    grads = {}
+    for loss_type, lm_coef in [("vapo", 0.0), ("vapo", 0.1), ("ppo", 0.1)]:
+        logp = old.clone().requires_grad_(True)
+        loss, _ = policy_loss(loss_type, logp, old, adv, mask, num_tokens=6, lm_coef=lm_coef,
+                              correct=correct, num_positive_tokens=10)
+        grads[loss_type, lm_coef] = torch.autograd.grad(loss, logp)[0]
+    positive = mask * correct[:, None]
+    close(grads["vapo", 0.1] - grads["vapo", 0.0], -0.1 / 10 * positive, 1e-12)
+    assert torch.equal(grads["ppo", 0.1], grads["vapo", 0.0])  # same clip, same norm at rho = 1
+    with pytest.raises(ValueError, match="NLL"):
+        policy_loss("vapo", old.clone().requires_grad_(True), old, adv, mask)

@@ -51,7 +51,7 @@ def one_step(loss_type, hp):
         torch.manual_seed(2)
         critic = LlamaForTokenClassification(CFG)
         mb = {"completion_mask": mask, "rewards": rewards, "old_values": completion_values(critic, *args).detach()}
-        critic_advantages([mb], "ppo", 0.95, 0.05)
+        critic_advantages([mb], "gae", 0.95, 0.05)
         advantages = mb["advantages"]
         values = completion_values(critic, *args)
         vloss, _ = value_loss(values, mb["old_values"] + 0.1, mb["returns"], mask, 0.5)

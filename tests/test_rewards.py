@@ -16,7 +16,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from rewards import (ANSWERS, FORMATS, REWARDS, kimi_length_reward, majority_correct,  # noqa: E402
+from rewards import (TASKS, Task, kimi_length_reward, majority_correct,  # noqa: E402
                      overlong_penalty, pass_at_k)
 
 
@@ -34,9 +34,11 @@ def load_samples(task):
         return [json.loads(line) for line in f]
 
 
-def test_registries_cover_every_task():
-    assert set(REWARDS) == set(FORMATS) == set(ANSWERS) == {"arithmetic", "countdown", "gsm8k",
-                                                            "dapo_math", "aime24"}
+def test_registry_covers_every_task():
+    assert set(TASKS) == {"arithmetic", "countdown", "gsm8k", "dapo_math", "aime24"}
+    for name, task in TASKS.items():
+        assert isinstance(task, Task), name
+        assert all(callable(part) for part in (task.score, task.format, task.answer)), name
 
 
 # ----------------------------------------------------------------------------
@@ -94,7 +96,7 @@ def test_kimi_length_reward_rejects_ragged_input():
     ("17 + 25 = 32 so 42", 0.0),
 ])
 def test_arithmetic_reward(completion, expected):
-    assert REWARDS["arithmetic"](completion, "42") == expected
+    assert TASKS["arithmetic"].score(completion, "42") == expected
 
 
 @pytest.mark.parametrize("completion, answer, expected", [
@@ -102,7 +104,7 @@ def test_arithmetic_reward(completion, expected):
     ("1,000", "1000", 1.0), ("-1,234,567", "-1234567", 1.0), ("42,", "42", 1.0),
 ])
 def test_arithmetic_commas_only_group_thousands(completion, answer, expected):
-    assert REWARDS["arithmetic"](completion, answer) == expected
+    assert TASKS["arithmetic"].score(completion, answer) == expected
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -121,7 +123,7 @@ def test_read_integer_answer(completion, expected):
 def test_listing_several_candidates_never_earns_a_reward(candidates):
     """README: "listing several candidates never earns a reward", whichever of them is right."""
     for answer in ("17", "18", "1", "7", "19", "16"):
-        assert REWARDS["arithmetic"](candidates, answer) == 0.0
+        assert TASKS["arithmetic"].score(candidates, answer) == 0.0
 
 
 def test_arithmetic_prepare_holds_out_unordered_pairs(tmp_path):
@@ -146,7 +148,7 @@ def test_arithmetic_prepare_holds_out_unordered_pairs(tmp_path):
 @pytest.mark.parametrize("completion, expected",
                          [("42", 1.0), (" 42\n", 1.0), ("The answer is 42.", 0.0)])
 def test_arithmetic_format(completion, expected):
-    assert FORMATS["arithmetic"](completion) == expected
+    assert TASKS["arithmetic"].format(completion) == expected
 
 
 # ----------------------------------------------------------------------------
@@ -191,8 +193,8 @@ NUMS = {"target": 24, "numbers": [1, 3, 4, 6]}
     ("1e1 + 6 + 4 + 3 + 1", 0.0),         # exponent notation
 ])
 def test_countdown_reward_table(expression, expected):
-    assert REWARDS["countdown"](f"<think>...</think> <answer>{expression}</answer>",
-                                NUMS) == expected
+    assert TASKS["countdown"].score(f"<think>...</think> <answer>{expression}</answer>",
+                                    NUMS) == expected
 
 
 @pytest.mark.parametrize("completion, answer, expected", [
@@ -222,7 +224,7 @@ def test_countdown_reward_table(expression, expected):
     ("<answer>2 - 1</answer>" + " " * 10 ** 5, {"target": 1, "numbers": [1, 2]}, 1.0),
 ])
 def test_countdown_reward_cases(completion, answer, expected):
-    assert REWARDS["countdown"](completion, answer) == expected
+    assert TASKS["countdown"].score(completion, answer) == expected
 
 
 def hostile_completions():
@@ -260,13 +262,14 @@ def test_countdown_hostile_completions_are_wrong_and_fast():
     completions = hostile_completions()
     assert len(completions) == 200
     start = time.perf_counter()
-    scores = [REWARDS["countdown"](c, NUMS) for c in completions]
+    scores = [TASKS["countdown"].score(c, NUMS) for c in completions]
     elapsed = time.perf_counter() - start
     assert scores == [0.0] * 200
     assert elapsed < 1.0, f"200 hostile completions took {elapsed:.2f}s"
     start = time.perf_counter()  # the format check and the other verifiers read them quickly too
     for c in completions:
-        FORMATS["countdown"](c), REWARDS["gsm8k"](c, "24"), REWARDS["dapo_math"](c, "24")
+        TASKS["countdown"].format(c)
+        TASKS["gsm8k"].score(c, "24"), TASKS["dapo_math"].score(c, "24")
     assert time.perf_counter() - start < 1.0
 
 
@@ -279,7 +282,7 @@ def test_countdown_hostile_completions_are_wrong_and_fast():
     ("<answer> 24", 0.0),                               # unclosed
 ])
 def test_countdown_format(completion, expected):
-    assert FORMATS["countdown"](completion) == expected
+    assert TASKS["countdown"].format(completion) == expected
 
 
 def test_countdown_generator_rows_are_solvable_and_distinct():
@@ -290,8 +293,8 @@ def test_countdown_generator_rows_are_solvable_and_distinct():
     for row in rows:
         numbers, target = row["answer"]["numbers"], row["answer"]["target"]
         assert 3 <= len(numbers) <= 4 and all(1 <= n <= 99 for n in numbers) and 1 <= target <= 999
-        assert REWARDS["countdown"](f"<answer>{row['meta']['solution']}</answer>",
-                                    row["answer"]) == 1.0
+        assert TASKS["countdown"].score(f"<answer>{row['meta']['solution']}</answer>",
+                                        row["answer"]) == 1.0
         prompt = row["prompt"][0]["content"]
         assert prompt.startswith(
             f"Using the numbers {numbers}, create an equation that equals {target}.")
@@ -327,10 +330,10 @@ def test_gsm8k_convert_samples():
     with pytest.raises(ValueError):
         gsm8k.convert({"question": "q", "answer": "no final line"})
     for row in rows:  # the reference solution itself scores 1, a wrong number 0
-        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {row['answer']}",
-                                row["answer"]) == 1.0
-        assert REWARDS["gsm8k"](f"{row['meta']['solution']}\n#### {int(row['answer']) + 1}",
-                                row["answer"]) == 0.0
+        assert TASKS["gsm8k"].score(f"{row['meta']['solution']}\n#### {row['answer']}",
+                                    row["answer"]) == 1.0
+        assert TASKS["gsm8k"].score(f"{row['meta']['solution']}\n#### {int(row['answer']) + 1}",
+                                    row["answer"]) == 0.0
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -346,13 +349,13 @@ def test_gsm8k_convert_samples():
     ("#### " + "7" * 100, 0.0),                         # absurdly long number
 ])
 def test_gsm8k_reward(completion, expected):
-    assert REWARDS["gsm8k"](completion, "72") == expected
+    assert TASKS["gsm8k"].score(completion, "72") == expected
 
 
 def test_gsm8k_reward_commas():
-    assert REWARDS["gsm8k"]("#### 1,000", "1000") == 1.0
-    assert REWARDS["gsm8k"]("so the total is $1,000.", "1000") == 1.0
-    assert REWARDS["gsm8k"]("#### -3", "-3") == 1.0
+    assert TASKS["gsm8k"].score("#### 1,000", "1000") == 1.0
+    assert TASKS["gsm8k"].score("so the total is $1,000.", "1000") == 1.0
+    assert TASKS["gsm8k"].score("#### -3", "-3") == 1.0
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -360,7 +363,7 @@ def test_gsm8k_reward_commas():
     ("#### seventy-two", 0.0),
 ])
 def test_gsm8k_format(completion, expected):
-    assert FORMATS["gsm8k"](completion) == expected
+    assert TASKS["gsm8k"].format(completion) == expected
 
 
 # ----------------------------------------------------------------------------
@@ -379,8 +382,8 @@ def test_dapo_math_convert_samples():
     assert dapo.deduplicate(rows + rows[::-1]) == rows
     for row in rows:
         right, wrong = row["answer"], str(int(row["answer"]) + 1)
-        assert REWARDS["dapo_math"](f"Some work.\nAnswer: {right}", row["answer"]) == 1.0
-        assert REWARDS["dapo_math"](f"Some work.\nAnswer: {wrong}", row["answer"]) == 0.0
+        assert TASKS["dapo_math"].score(f"Some work.\nAnswer: {right}", row["answer"]) == 1.0
+        assert TASKS["dapo_math"].score(f"Some work.\nAnswer: {wrong}", row["answer"]) == 0.0
 
 
 def test_aime24_convert_samples():
@@ -395,10 +398,11 @@ def test_aime24_convert_samples():
     assert content.endswith(
         'coffee shop.\n\nRemember to put your answer on its own line after "Answer:".')
     assert rows[0]["meta"]["id"] == 60
-    assert REWARDS["aime24"]("... so the product is 25.\nAnswer: 025", "25") == 1.0
+    assert TASKS["aime24"].score("... so the product is 25.\nAnswer: 025", "25") == 1.0
     for row in rows:
-        assert REWARDS["aime24"](f"Work.\nAnswer: {row['answer']}", row["answer"]) == 1.0
-        assert REWARDS["aime24"](f"Work.\nAnswer: {int(row['answer']) + 1}", row["answer"]) == 0.0
+        assert TASKS["aime24"].score(f"Work.\nAnswer: {row['answer']}", row["answer"]) == 1.0
+        wrong = int(row["answer"]) + 1
+        assert TASKS["aime24"].score(f"Work.\nAnswer: {wrong}", row["answer"]) == 0.0
 
 
 def test_hub_prepare_without_datasets_fails_in_one_line(tmp_path):
@@ -428,14 +432,14 @@ def test_hub_prepare_without_datasets_fails_in_one_line(tmp_path):
     ("Answer: 34\n" + "x" * 10 ** 6, 0.0),                # far from the end: not read
 ])
 def test_dapo_math_reward(completion, expected):
-    assert REWARDS["dapo_math"](completion, "34") == expected
-    assert REWARDS["aime24"](completion, "34") == expected
+    assert TASKS["dapo_math"].score(completion, "34") == expected
+    assert TASKS["aime24"].score(completion, "34") == expected
 
 
 def test_dapo_math_leading_dot_is_part_of_the_number():
-    assert REWARDS["dapo_math"]("Answer: .5", "5") == 0.0
-    assert REWARDS["dapo_math"]("Answer: 0.5", "5") == 0.0
-    assert REWARDS["dapo_math"]("Answer: 5.", "5") == 1.0
+    assert TASKS["dapo_math"].score("Answer: .5", "5") == 0.0
+    assert TASKS["dapo_math"].score("Answer: 0.5", "5") == 0.0
+    assert TASKS["dapo_math"].score("Answer: 5.", "5") == 1.0
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -443,8 +447,8 @@ def test_dapo_math_leading_dot_is_part_of_the_number():
     ("The answer is 34", 0.0), ("work\n  Answer: x", 1.0),
 ])
 def test_dapo_math_format(completion, expected):
-    assert FORMATS["dapo_math"](completion) == expected
-    assert FORMATS["aime24"](completion) == expected
+    assert TASKS["dapo_math"].format(completion) == expected
+    assert TASKS["aime24"].format(completion) == expected
 
 
 def test_safe_score_turns_errors_and_timeouts_into_zero():
@@ -459,14 +463,14 @@ def test_safe_score_turns_errors_and_timeouts_into_zero():
         while True:
             pass
 
-    assert safe_score(REWARDS["arithmetic"], "42", "42") == (1.0, None)
+    assert safe_score(TASKS["arithmetic"].score, "42", "42") == (1.0, None)
     score, error = safe_score(broken, "42", "42")
     assert score == 0.0 and isinstance(error, KeyError)
     start = time.perf_counter()
     score, error = safe_score(endless, "42", "42", timeout=0.2)
     assert score == 0.0 and isinstance(error, TimeoutError) and time.perf_counter() - start < 1.0
     # the alarm was cleared: no late raise
-    assert safe_score(REWARDS["arithmetic"], "41", "42") == (0.0, None)
+    assert safe_score(TASKS["arithmetic"].score, "41", "42") == (0.0, None)
     time.sleep(0.3)
 
 
@@ -488,21 +492,21 @@ NUMS_123 = {"target": 1, "numbers": [1, 2, 3]}
     ("countdown", "<answer> </answer>", NUMS_123, None),         # an empty one
 ])
 def test_answers_parse_what_the_verifier_compares(task, completion, answer, parsed):
-    given = ANSWERS[task](completion)
+    given = TASKS[task].answer(completion)
     assert given == parsed
     hash(given)  # majority voting counts answers in a Counter
     # the verifier is right exactly when the parsed answer is the reference answer (countdown's
     # verifier compares the expression's value with the target instead)
     if task != "countdown":
-        assert REWARDS[task](completion, answer) == float(parsed is not None
-                                                          and parsed == Fraction(answer))
+        assert TASKS[task].score(completion, answer) == float(parsed is not None
+                                                              and parsed == Fraction(answer))
 
 
 def test_answers_agree_on_equal_answers_written_differently():
     # equal parsed answers are one vote: "1,000" and "1000.0", "$34$" and "034"
-    assert ANSWERS["gsm8k"]("#### 1,000") == ANSWERS["gsm8k"]("the total is 1000.0")
-    assert ANSWERS["dapo_math"]("Answer: $34$") == ANSWERS["dapo_math"]("Answer: 034")
-    assert ANSWERS["countdown"]("<answer>(1+2)/3</answer>") == ANSWERS["countdown"](
+    assert TASKS["gsm8k"].answer("#### 1,000") == TASKS["gsm8k"].answer("the total is 1000.0")
+    assert TASKS["dapo_math"].answer("Answer: $34$") == TASKS["dapo_math"].answer("Answer: 034")
+    assert TASKS["countdown"].answer("<answer>(1+2)/3</answer>") == TASKS["countdown"].answer(
         "<answer> ( 1 + 2 ) / 3 </answer>")
 
 
@@ -547,8 +551,8 @@ def test_majority_correct(answers, correct, expected):
 
 def test_majority_correct_counts_equal_answers_as_one_vote():
     # 1000 (Fraction, from "1,000") and 1000.0 are the same answer: two votes against one 7
-    answers = [ANSWERS["gsm8k"](c) for c in ("#### 7", "#### 1,000", "it is 1000.0")]
-    correct = [REWARDS["gsm8k"](c, "1000") for c in ("#### 7", "#### 1,000", "it is 1000.0")]
+    answers = [TASKS["gsm8k"].answer(c) for c in ("#### 7", "#### 1,000", "it is 1000.0")]
+    correct = [TASKS["gsm8k"].score(c, "1000") for c in ("#### 7", "#### 1,000", "it is 1000.0")]
     assert majority_correct(answers, correct) == 1.0
     with pytest.raises(ValueError, match="one verdict per answer"):
         majority_correct([1, 2], [1.0])

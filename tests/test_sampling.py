@@ -1,25 +1,27 @@
-"""DAPO dynamic sampling and batch merging, with a fake rollout (no model): the verdicts are
-scripted."""
+"""DAPO dynamic sampling, with a fake rollout (no model): the verdicts are scripted; and
+make_batch, which pads the merged samples once."""
 import torch
 
-from rollout import concat_batches, dynamic_sample
+from rollout import dynamic_sample, make_batch
 
 G = 4
 
 
+# widths that vary from group to group and from round to round; prompts p % 3 == 0 (the live ones
+# of the first test) are 1 or 2 tokens long with answers of 1 .. G tokens, the others are wider
+prompt_len = lambda p: 1 + (p // 3) % 2 + 3 * (p % 3 > 0)
+answer_len = lambda p, g: 1 + g + p % 3
+
+
 def fake_rollout(verdicts_by_prompt):
-    """A rollout_fn whose prompt p gets the scripted verdicts; prompt and completion widths vary per
-    call."""
+    """A rollout_fn whose prompt p gets the scripted verdicts, as samples (generate's per-sample
+    lists, plus 'correct')."""
     def rollout_fn(rows):
-        B = len(rows) * G
-        P, C = 3 + len(rows), 2 + len(rows) % 3
-        correct = torch.tensor([v for r in rows for v in verdicts_by_prompt[r]])
-        return {"prompt_ids": torch.full((B, P), 7),
-                "prompt_mask": torch.ones(B, P, dtype=torch.long),
-                "completion_ids": torch.tensor([[r] * C for r in rows for _ in range(G)]),
-                "completion_mask": torch.ones(B, C), "rollout_logp": None,
-                "truncated": torch.zeros(B, dtype=torch.bool),
-                "completions": [f"prompt {r}" for r in rows for _ in range(G)], "correct": correct}
+        return {"prompt_ids": [[7] * prompt_len(r) for r in rows for _ in range(G)],
+                "completion_ids": [[r] * answer_len(r, g) for r in rows for g in range(G)],
+                "rollout_logp": None, "truncated": [False] * (len(rows) * G),
+                "completions": [f"prompt {r}" for r in rows for _ in range(G)],
+                "correct": [float(v) for r in rows for v in verdicts_by_prompt[r]]}
     return rollout_fn
 
 
@@ -39,27 +41,40 @@ def test_dynamic_sampling_fills_the_step_with_live_groups():
     verdicts = {p: ([1, 0, 0, 1] if p % 3 == 0 else [1] * G if p % 2 else [0] * G)
                 for p in range(20)}
     next_rows, state = cursor(20)
-    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), prompts_per_step=4,
-                                  group_size=G, oversample=1.5, max_rounds=0)
-    groups = [batch["completions"][i] for i in range(0, len(batch["completions"]), G)]
+    samples, stats = dynamic_sample(next_rows, fake_rollout(verdicts), prompts_per_step=4,
+                                    group_size=G, oversample=1.5, max_rounds=0)
+    assert stats["gen_rounds"] > 1  # the rows below come from several rounds
+    groups = samples["completions"][::G]
     live_served = [p for p in state["served"] if p % 3 == 0]
     assert stats["groups_live"] >= 4 and len(groups) == stats["groups_live"]
     # no live group lost, none degenerate kept
     assert groups == [f"prompt {p}" for p in live_served]
     assert stats["groups_sampled"] == len(state["served"])
     assert stats["groups_degenerate"] == len(state["served"]) - len(live_served)
-    # the rows of a group stay together and in order, and every tensor was re-padded consistently
+    # the rows of a group stay together and in order, in every list alike
+    assert samples["correct"] == [1.0, 0.0, 0.0, 1.0] * len(groups)
+    lengths = [answer_len(p, g) for p in live_served for g in range(G)]
+    prompt_lengths = [prompt_len(p) for p in live_served for _ in range(G)]
+    assert [len(c) for c in samples["completion_ids"]] == lengths
+    assert samples["completion_ids"][::G] == [[p] for p in live_served]
+    assert [len(p) for p in samples["prompt_ids"]] == prompt_lengths
+    assert samples["rollout_logp"] is None and len(samples["truncated"]) == len(groups) * G
+    # padded once, at the width of the rows kept (2 and G): no degenerate group's row widens it
+    batch = make_batch(samples, pad_id=0)
+    assert batch["prompt_ids"].shape == (len(groups) * G, 2)
+    assert batch["completion_ids"].shape == (len(groups) * G, G)
+    assert batch["prompt_mask"].sum(1).tolist() == prompt_lengths
+    assert batch["completion_mask"].sum(1).tolist() == lengths
+    assert batch["correct"].dtype == torch.float32
     assert batch["correct"].view(-1, G).tolist() == [[1, 0, 0, 1]] * len(groups)
-    assert batch["completion_ids"][::G, 0].tolist() == live_served
-    assert batch["prompt_ids"].shape[0] == batch["completion_mask"].shape[0] == len(groups) * G
 
 
 def test_the_bound_on_rounds_holds_and_all_degenerate_gives_none():
     verdicts = {p: [1] * G for p in range(10)}
     next_rows, state = cursor(10)
-    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0,
-                                  max_rounds=3)
-    assert batch is None and stats["gen_rounds"] == 3 and stats["groups_live"] == 0
+    samples, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0,
+                                    max_rounds=3)
+    assert samples is None and stats["gen_rounds"] == 3 and stats["groups_live"] == 0
     assert stats["groups_degenerate"] == stats["groups_sampled"] == 12
     assert stats["samples_correct"] == stats["samples"] == 12 * G
 
@@ -67,27 +82,51 @@ def test_the_bound_on_rounds_holds_and_all_degenerate_gives_none():
 def test_partial_fill_after_the_bound_keeps_what_it_found():
     verdicts = {p: ([0, 1, 1, 1] if p == 2 else [0] * G) for p in range(50)}
     next_rows, _ = cursor(50)
-    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 8, G, oversample=2.0,
-                                  max_rounds=2)
+    samples, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 8, G, oversample=2.0,
+                                    max_rounds=2)
     assert stats["gen_rounds"] == 2 and stats["groups_live"] == 1
-    assert batch["completions"] == ["prompt 2"] * G
+    assert samples["completions"] == ["prompt 2"] * G
 
 
-def test_concat_batches_repads_prompts_left_and_completions_right():
-    a = {"prompt_ids": torch.tensor([[5, 6]]), "prompt_mask": torch.tensor([[1, 1]]),
-         "completion_ids": torch.tensor([[1, 2, 3]]),
-         "completion_mask": torch.tensor([[1.0, 1.0, 1.0]]),
-         "rollout_logp": torch.tensor([[-0.1, -0.2, -0.3]]), "completions": ["a"]}
-    b = {"prompt_ids": torch.tensor([[4, 5, 6, 7]]), "prompt_mask": torch.tensor([[1, 1, 1, 1]]),
-         "completion_ids": torch.tensor([[9]]), "completion_mask": torch.tensor([[1.0]]),
-         "rollout_logp": torch.tensor([[-0.5]]), "completions": ["b"]}
-    out = concat_batches([a, b], pad_id=0)
+def test_make_batch_pads_prompts_left_and_completions_right_once():
+    """Two rounds' samples merged as dynamic_sample merges them (list concatenation), then padded:
+    prompts to the widest on the left, completions to the longest on the right; the trainer's
+    'correct' list becomes a float tensor, what it carries along for samples.jsonl (prompt and
+    answer, which a dataset may write as ints) stays as it was."""
+    a = {"prompt_ids": [[5, 6]], "completion_ids": [[1, 2, 3]],
+         "rollout_logp": [[-0.1, -0.2, -0.3]], "truncated": [True], "completions": ["a"],
+         "correct": [1.0], "prompt": ["p"], "answer": [12]}
+    b = {"prompt_ids": [[4, 5, 6, 7]], "completion_ids": [[9]], "rollout_logp": [[-0.5]],
+         "truncated": [False], "completions": ["b"], "correct": [0.0], "prompt": ["q"],
+         "answer": [7]}
+    out = make_batch({k: a[k] + b[k] for k in a}, pad_id=0)
     assert out["prompt_ids"].tolist() == [[0, 0, 5, 6], [4, 5, 6, 7]]
     assert out["prompt_mask"].tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
     assert out["completion_ids"].tolist() == [[1, 2, 3], [9, 0, 0]]
     assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert torch.allclose(out["rollout_logp"], torch.tensor([[-0.1, -0.2, -0.3], [-0.5, 0, 0]]))
-    assert out["completions"] == ["a", "b"]
+    assert out["truncated"].tolist() == [True, False] and out["completions"] == ["a", "b"]
+    assert out["correct"].tolist() == [1.0, 0.0]
+    assert out["prompt"] == ["p", "q"] and out["answer"] == [12, 7]
+    dtypes = {k: out[k].dtype for k in ("prompt_ids", "prompt_mask", "completion_ids",
+                                        "completion_mask", "rollout_logp", "truncated", "correct")}
+    assert dtypes == {"prompt_ids": torch.long, "prompt_mask": torch.long,
+                      "completion_ids": torch.long, "completion_mask": torch.float32,
+                      "rollout_logp": torch.float32, "truncated": torch.bool,
+                      "correct": torch.float32}
+
+
+def test_make_batch_of_no_sample_has_the_usual_layout():
+    """An eval rank with no problem: generate's empty samples (rollout_logp None), 'correct' added
+    by the trainer."""
+    empty = {"prompt_ids": [], "completion_ids": [], "rollout_logp": None, "truncated": [],
+             "completions": [], "correct": []}
+    out = make_batch(empty, pad_id=0)
+    assert out["prompt_ids"].shape == out["prompt_mask"].shape == (0, 0)
+    assert out["completion_ids"].shape == out["completion_mask"].shape == (0, 1)
+    assert out["truncated"].shape == out["correct"].shape == (0,)
+    assert out["rollout_logp"] is None and out["completions"] == []
+    assert out["correct"].sum().item() == 0 and out["correct"].view(-1, 4).shape == (0, 4)
 
 
 def test_ranks_stay_in_lockstep_while_one_rank_has_no_live_group():
@@ -105,11 +144,11 @@ def test_ranks_stay_in_lockstep_while_one_rank_has_no_live_group():
 
     verdicts = {p: [1, 0, 1, 1] for p in range(100)}
     next_rows, state = cursor(100)
-    batch, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0,
-                                  max_rounds=3, reduce_sum=reduce_sum, world_size=2)
+    samples, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0,
+                                    max_rounds=3, reduce_sum=reduce_sum, world_size=2)
     # the condition was evaluated 4 times
     assert stats["gen_rounds"] == 3 and len(calls) == 2 * 3 + 2
     # each round asks for ceil(missing * oversample / world_size) prompts, missing >= world_size:
     # 4 missing -> 2 prompts, then 4 - 2 = 2 -> 1, then max(4 - 3, 2) = 2 -> 1
     assert len(state["served"]) == 2 + 1 + 1 and stats["groups_live"] == 4
-    assert batch["completions"][::G] == [f"prompt {p}" for p in state["served"]]
+    assert samples["completions"][::G] == [f"prompt {p}" for p in state["served"]]

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import DTYPES, ROOT
+from conftest import DTYPES, ROOT, verifier_config
 
 TINY = ["config/cpu_demo.py", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
         "--eval_interval=2", "--eval_problems=4", "--eval_samples=2", "--micro_batch_size=4",
@@ -223,11 +223,9 @@ def test_guards_say_what_went_wrong_once_and_log_it(tmp_path):
     """Conditions built to trip three guards in one HF-engine step: 1 new token (nearly every answer
     is cut at max_new_tokens), a verifier that raises on every completion (every reward 0, so
     every group is degenerate, and warn_degenerate_steps=1)."""
-    raising = tmp_path / "raising_reward.py"
-    raising.write_text("import rewards\n"
-                       "rewards.REWARDS['arithmetic'] = lambda completion, answer: 1 / 0\n")
+    raising = verifier_config(tmp_path, "lambda completion, answer: 1 / 0")
     out_dir = str(tmp_path / "run")
-    result = train(str(raising), f"--out_dir={out_dir}", "--rollout_engine=hf", "--max_iters=2",
+    result = train(raising, f"--out_dir={out_dir}", "--rollout_engine=hf", "--max_iters=2",
                    "--eval_interval=0", "--max_new_tokens=1", "--warn_degenerate_steps=1")
     steps = records(out_dir)
     for r in steps:
@@ -262,3 +260,35 @@ def test_a_weight_sync_that_stopped_working_stops_the_run_with_a_checkpoint(tmp_
     assert last["guard/mismatch"] == 1  # the warning's threshold (3x) is below the stop's (10x)
     meta = json.load(open(os.path.join(out_dir, "ckpt", "meta.json")))
     assert meta["step"] == last["step"]
+
+
+def test_samples_jsonl_and_the_evals_right_and_wrong_answer(tmp_path, small_model):
+    """Every step writes samples_per_step of its completions to samples.jsonl (prompt, completion,
+    answer, reward and its parts, advantage, truncated, length), spread over the groups; every eval
+    prints one right and one wrong answer. The verifier here is right exactly on the first test
+    problem (answer '10'), so the eval has both."""
+    reward = verifier_config(tmp_path, "lambda completion, answer: float(answer == '10')")
+    out_dir = str(tmp_path / "run")
+    result = train(reward, f"--out_dir={out_dir}", "--max_iters=2", "--rollout_engine=hf",
+                   f"--init_from={small_model}", "--dtype=float32", "--format_coef=0.1",
+                   "--samples_per_step=3", "--eval_interval=2")
+    for step in (0, 2):
+        eval_line = next(i for i, line in enumerate(result.stdout.splitlines())
+                         if line.startswith(f"step {step}: eval accuracy"))
+        right, wrong = result.stdout.splitlines()[eval_line + 1:eval_line + 3]
+        assert right.startswith("  right: 'What is 7 + 3? Reply with only the number.' -> ")
+        assert wrong.startswith("  wrong: 'What is ") and "7 + 3" not in wrong
+    samples = [json.loads(line) for line in open(os.path.join(out_dir, "samples.jsonl"))]
+    steps = [r for r in records(out_dir) if "reward" in r]
+    assert [s["step"] for s in samples] == [1, 1, 1, 2, 2, 2]
+    for s in samples:
+        assert set(s) == {"step", "prompt", "completion", "answer", "reward", "reward/task",
+                          "reward/format", "advantage", "truncated", "completion_len"}
+        assert s["prompt"].startswith("What is ") and s["reward/task"] == float(s["answer"] == "10")
+        assert s["reward"] == pytest.approx(s["reward/task"] + s["reward/format"])
+        assert 1 <= s["completion_len"] <= 8 and (s["completion_len"] == 8 or not s["truncated"])
+        assert isinstance(s["advantage"], float) and isinstance(s["completion"], str)
+    # rows 0, 2 and 4 of a step's 8: two of the first group's (G = 4), one of the second's
+    assert len(steps) == 2
+    for first, second, third in (samples[:3], samples[3:]):
+        assert first["prompt"] == second["prompt"] != third["prompt"]

@@ -5,7 +5,7 @@ Eval-only: writes data/aime24/test.jsonl and no train split (the hub serves the 
 
 A raw row is {"id": 60, "problem": "...", "solution": "...", "answer": "204", "url": "...",
 "year": "2024"}. The prompt is DAPO's, so DAPO-Math-trained models see the format they learned,
-and rewards.REWARDS["aime24"] is the DAPO verifier (the last "Answer:" line). Answers are
+and rewards.TASKS["aime24"].score is the DAPO verifier (the last "Answer:" line). Answers are
 normalized to plain integers ("025" -> "25").
 
     python data/aime24/prepare.py

@@ -1,0 +1,197 @@
+"""
+Checkpoints: what a run saves, how a crash mid-write never loses the last good one, and how a
+resume picks up exactly where the run stopped.
+
+A checkpoint is a folder: the HF model (loadable by transformers and vLLM), the critic's, the
+optimizers' state (torch.distributed.checkpoint: every rank writes its own shards), and
+trainer_state.pt (step, data position, every rank's RNG states, the config). It is written to
+ckpt.tmp and swapped in (save_checkpoint); meta.json, written last, marks it complete.
+"""
+import json
+import os
+import random
+import shutil
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_optimizer_state_dict)
+
+from model import save_critic
+
+# DCP (save_optimizers) in one process, without torch.distributed, is what plain python means
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+
+# -----------------------------------------------------------------------------
+# checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
+
+def full_state(net):
+    """A sharded (FSDP) net's whole state dict on rank 0 (CPU; every rank takes part), for its HF
+    folder, a tied weight once (as save_pretrained writes it); None for an unsharded net."""
+    if not any(hasattr(p, "full_tensor") for p in net.parameters()):
+        return None
+    state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    first = {}  # parameter -> its first name; a later name is a tied copy (lm_head = embed_tokens)
+    tied = [name for name, p in net.named_parameters(remove_duplicate=False)
+            if first.setdefault(p, name) != name]
+    return {k: v for k, v in state.items() if k not in tied}
+
+
+def save_optimizers(path, optimizers):
+    """Every rank: the optimizers' states, {name: (module, optimizer)}, into the folder path with
+    torch.distributed.checkpoint (DCP). Keyed by parameter name; each rank writes its own shards
+    (FSDP) or its share of the replicated state (DDP), so no rank ever holds a whole sharded state,
+    and the folder loads into any number of ranks, sharded or not (DCP reshards). An optimizer that
+    has not stepped yet (VAPO's policy in its warm-up) has no state and is left out."""
+    states = {name: get_optimizer_state_dict(module, opt)
+              for name, (module, opt) in optimizers.items() if opt.state}
+    dcp.save(states, checkpoint_id=path, no_dist=not dist.is_initialized())
+
+
+def load_optimizers(path, optimizers):
+    """Every rank: the states saved by save_optimizers into the optimizers (fresh ones: their state
+    is made by one zero step first, then overwritten), each rank reading the part it holds."""
+    saved = {key.split(".")[0] for key in dcp.FileSystemReader(path).read_metadata().state_dict_metadata}
+    optimizers = {name: pair for name, pair in optimizers.items() if name in saved}
+    for module, opt in optimizers.values():
+        opt.zero_grad(set_to_none=True)  # else the zero step that makes the state is not taken
+    states = {name: get_optimizer_state_dict(module, opt) for name, (module, opt) in optimizers.items()}
+    if states:
+        dcp.load(states, checkpoint_id=path, no_dist=not dist.is_initialized())
+    for name, (module, opt) in optimizers.items():
+        set_optimizer_state_dict(module, opt, states[name])
+
+
+def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None, state_dict=None,
+                    critic_state_dict=None, optimizer_dir=None):
+    """Write to ckpt_dir + '.tmp', then swap it in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop
+    ckpt.old. state_dict / critic_state_dict: the weights to write (FSDP's, gathered whole), if
+    not the model's own; optimizer_dir: a folder written by save_optimizers, moved in as
+    'optimizer'. A checkpoint is complete once it has meta.json, written last and atomically. A crash
+    at any point leaves a complete checkpoint in ckpt, or (between the two renames) none there but
+    the new one in ckpt.tmp and the previous one in ckpt.old: read_checkpoint_meta then finishes
+    the swap."""
+    tmp, old = ckpt_dir + ".tmp", ckpt_dir + ".old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, state_dict=state_dict)
+    tokenizer.save_pretrained(tmp)
+    if critic is not None:
+        save_critic(os.path.join(tmp, "critic"), critic, critic_state_dict)
+    if optimizer_dir is not None:
+        os.replace(optimizer_dir, os.path.join(tmp, "optimizer"))
+    torch.save(trainer_state, os.path.join(tmp, "trainer_state.pt"))
+    meta = {k: trainer_state[k] for k in ("step", "model_source", "config", "world") if k in trainer_state}
+    with open(os.path.join(tmp, "meta.json.part"), "w") as f:
+        json.dump(meta, f, indent=1, default=str)  # readable without torch
+    # a rename, so that meta.json is either absent or whole: its presence marks tmp as complete
+    os.replace(os.path.join(tmp, "meta.json.part"), os.path.join(tmp, "meta.json"))
+    if os.path.exists(ckpt_dir):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(ckpt_dir, old)
+    os.replace(tmp, ckpt_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def is_complete_checkpoint(path):
+    return os.path.exists(os.path.join(path, "meta.json"))  # written last by save_checkpoint
+
+
+def recover_checkpoint(ckpt_dir):
+    """No ckpt_dir but a complete ckpt.tmp or ckpt.old: save_checkpoint crashed between its renames.
+    Finish the swap: ckpt.tmp is the newer checkpoint (complete before the renames began), so it
+    wins; ckpt.old is the fallback when no complete ckpt.tmp exists. Under DDP every rank may get
+    here at once: a rename another rank made first fails, and the loop finds ckpt_dir in place."""
+    for candidate in (ckpt_dir + ".tmp", ckpt_dir + ".old"):
+        if os.path.exists(ckpt_dir):
+            return
+        if is_complete_checkpoint(candidate):
+            try:
+                os.replace(candidate, ckpt_dir)
+                print(f"{ckpt_dir}: restored from {candidate} (a checkpoint write was interrupted)")
+            except OSError:
+                pass  # another rank renamed first
+
+
+def read_checkpoint_meta(ckpt_dir):
+    """step, model_source and config of the checkpoint in ckpt_dir, or None if there is none. Called
+    first by train.py: it recovers a checkpoint whose write was interrupted (recover_checkpoint)."""
+    recover_checkpoint(ckpt_dir)
+    path = os.path.join(ckpt_dir, "meta.json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def load_trainer_state(ckpt_dir):
+    return torch.load(os.path.join(ckpt_dir, "trainer_state.pt"), weights_only=False)
+
+
+# -----------------------------------------------------------------------------
+# what train.py calls: the resume checks, the RNG states, a checkpoint of the whole run
+
+# a resume must keep what the data position means (the shuffled order, what a step consumes;
+# max_prompt_len decides which rows the order holds). Another world size or DDP <-> FSDP may
+# change: the position is global and the optimizer state is resharded on load (load_optimizers).
+POSITION_KEYS = ('data_dir', 'seed', 'prompts_per_step', 'group_size', 'max_prompt_len')
+
+
+def resume_problem(ckpt_dir, meta, init_from, config):
+    """Why the checkpoint in ckpt_dir (meta: read_checkpoint_meta's) does not fit this run, or None:
+    checked before any model loads."""
+    if init_from != 'resume':
+        if meta and meta['model_source'] != init_from:
+            return (f"{ckpt_dir} is a checkpoint of {meta['model_source']!r}, not {init_from!r}: "
+                    f"choose another out_dir, or --init_from=resume")
+        return None
+    if meta is None:
+        return f"init_from='resume' but {ckpt_dir} holds no checkpoint"
+    saved = meta['config']
+    if changed := [k for k in POSITION_KEYS if k in saved and saved[k] != config[k]]:
+        return (f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
+                f"(the data position would not mean the same)")
+    if not os.path.isdir(os.path.join(ckpt_dir, 'optimizer')):
+        return (f"{ckpt_dir} has no optimizer/ folder (it predates the DCP optimizer state): resume "
+                f"it with the revision that wrote it, or start from its weights: --init_from={ckpt_dir}")
+    return None
+
+
+def rng_state(device):
+    return {'python': random.getstate(), 'torch': torch.get_rng_state(),
+            # this rank's GPU only: a resume may see fewer GPUs (get_rng_state_all: one per GPU)
+            'cuda': torch.cuda.get_rng_state(device) if device.startswith('cuda') else None}
+
+
+def restore_rng(states, rank, device):
+    """This rank's RNG states as saved; on more ranks than saved, a new rank keeps its own fresh
+    stream (seed + rank)."""
+    if rank < len(states):
+        random.setstate(states[rank]['python'])
+        torch.set_rng_state(states[rank]['torch'])
+        if device.startswith('cuda') and states[rank]['cuda'] is not None:
+            torch.cuda.set_rng_state(states[rank]['cuda'], device)
+
+
+def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, critic=None):
+    """Every rank: a checkpoint of the run, written by rank 0, with every rank's RNG state. Every
+    rank writes its part of the optimizer state (DCP) into a folder that rank 0 moves into the
+    checkpoint; FSDP: the weights are gathered whole to rank 0 (every rank takes part)."""
+    distributed = dist.is_initialized()
+    master = not distributed or dist.get_rank() == 0
+    rngs = [None] * (dist.get_world_size() if distributed else 1)
+    if distributed:
+        dist.all_gather_object(rngs, rng_state(device))
+    else:
+        rngs = [rng_state(device)]
+    optimizer_dir = ckpt_dir + '.optimizer'
+    if master:
+        shutil.rmtree(optimizer_dir, ignore_errors=True)
+    if distributed:
+        dist.barrier()
+    save_optimizers(optimizer_dir, optimizers)
+    weights = {'model': full_state(model), 'critic': full_state(critic) if critic else None}
+    if master:
+        save_checkpoint(ckpt_dir, model, tokenizer, {**trainer_state, 'rng': rngs}, critic=critic,
+                        state_dict=weights['model'], critic_state_dict=weights['critic'],
+                        optimizer_dir=optimizer_dir)
+    if distributed:
+        dist.barrier()
