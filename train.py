@@ -305,6 +305,8 @@ def next_rows(n):
     return [train_rows[train_order[p % len(train_rows)]] for p in positions]
 
 def verify(completion, answer):
+    """The task verifier's score of one completion (rewards.safe_score: an exception or a timeout
+    scores 0, is counted, and the first three are said)."""
     score, error = safe_score(task.score, completion, answer, reward_timeout)
     verified['completions'] += 1
     if error is not None:
@@ -316,7 +318,8 @@ def verify(completion, answer):
 
 def rollout(rows, G):
     """G samples per row (rollout.generate's per-sample lists, unpadded), with the task verifier's
-    verdict 'correct' (1.0 right, 0.0 wrong) and the prompt and answer they answer (samples.jsonl)."""
+    verdict 'correct' (1.0 right, 0.0 wrong) and each sample's prompt (its last message) and
+    reference answer (for samples.jsonl and the eval's examples)."""
     prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
     samples = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
                        model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype)
