@@ -132,7 +132,8 @@ try:
                 print('\n'.join(f"  | {line.rsplit(chr(13), 1)[-1]}" for line in tail))
 # the runs got the Ctrl-C too: they finish their step and write a checkpoint
 except KeyboardInterrupt:
-    print("interrupted: waiting for the running runs to checkpoint; the same command resumes them")
+    print("interrupted: waiting for the running runs to checkpoint; the same command resumes those "
+          "that wrote one (not with --ckpt_interval=-1: they start again)")
     for proc in running:
         proc.wait()
     sys.exit(130)

@@ -51,7 +51,7 @@ def encode_prompts(tokenizer, prompts):
 
 def quiet_vllm():
     """vLLM's INFO lines (~150 at engine start, 3 at every sync) off unless the user sets
-    VLLM_LOGGING_LEVEL; and two WARNINGs that are expected here, dropped:
+    VLLM_LOGGING_LEVEL; and three WARNINGs that are expected here, dropped:
     - "Attempted to load weight ... with dtype torch.float32 into parameter with dtype
       torch.bfloat16", once per weight at start: the checkpoint is fp32 and the engine serves bf16
       on purpose (the trainer keeps fp32 master weights);
