@@ -4,7 +4,7 @@ number in it is measured by this run, on this machine (CUDA is detected and used
 
     python bench.py                  # everything (~15 min on 2 CPU cores)
     python bench.py --only=score     # one section: peak | rollout | score | step | profile | share
-                                     #   | memory | floor
+                                     #   | memory | floor | lora
 
 Sections
   peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
@@ -25,8 +25,8 @@ Sections
            through the body once) against the dense one (32 prompts), forward + backward, and the
            body's tokens per second once the head's time (measured alone) is taken out.
   memory   what each of 2 ranks (torchrun, gloo/NCCL) holds of the policy's weights, gradients and
-           AdamW state, with parallel='ddp' (all of it on each rank) and 'fsdp' (its shards), and
-           the process's resident-set peak
+           AdamW state, with parallel='ddp' (all of it on each rank), 'fsdp' (its shards), and both
+           with LoRA adapters of rank 8 (lora.py), and the process's resident-set peak
   floor    the ratio's floor (issue #15): one AdamW step at a tiny learning rate with
            num_iterations=2, then the second pass's mean |log pi - log pi_old| and clip fraction
            (eps 0.2), on 2 prompts x 4 answers (<= 16 tokens) sampled once from models/smollm2/hf;
@@ -35,6 +35,12 @@ Sections
            models/smollm2/hf_ties, about a minute the first time), the same through
            model.round_ties, and the old one with an fp32 body. Seconds a cell on a CPU with bf16
            instructions; 2 minutes on one without (bf16 matmuls emulated: ~1 GFLOP/s).
+  lora     how closely a vLLM engine follows a LoRA policy (lora.py, rank 8, demo model) as its
+           adapters move (AdamW at lr 1e-3 on a signed log-likelihood of fixed samples): the
+           mean |log pi_trainer - log pi_engine| of the engine's samples (16 answers, <= 16
+           tokens) after each step, for the merged sync (train.py's) and vLLM's own LoRA
+           (enable_lora, the adapter written in PEFT's format each step), against the trainer's
+           merged forward (lora.py's) and the textbook W x + s B (A x). ~15 min on 2 cores.
 Each measurement runs in its own process, so one that runs out of memory is reported as such.
 """
 import json
@@ -380,6 +386,84 @@ def child_memory(out_path, *args):
     json.dump(counts, open(f"{out_path}{os.environ['RANK']}", 'w'))
 
 
+def child_lora(steps=4):
+    """The mismatch table of the 'lora' section: one vLLM engine with enable_lora, which serves
+    the merged weights (reloaded, no adapter) or the base with the adapter (a LoRARequest)."""
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+    from lora import LoRALinear, add_lora, merged_weights, save_adapter
+    from model import completion_logprobs, load_model, native_bf16
+    from rollout import encode_prompts, make_batch, quiet_vllm
+    quiet_vllm()
+    dtype = 'bfloat16' if native_bf16('cpu') else 'float32'
+    autocast = getattr(torch, dtype) if dtype == 'bfloat16' else None
+    model, tokenizer = load_model(MODEL, autocast)
+    add_lora(model, 8, 32.0, 'all-linear', autocast or torch.float32)
+    llm = LLM(model=MODEL, dtype=dtype, enforce_eager=True, seed=0, gpu_memory_utilization=0.3,
+              hf_overrides={'head_dtype': 'float32'}, logprobs_mode='processed_logprobs',
+              block_size=32, enable_lora=True, max_lora_rank=8, max_loras=1)
+    rows = [json.loads(line) for line in open('data/arithmetic/train.jsonl')][:8]
+    prompts = encode_prompts(tokenizer, [r['prompt'] for r in rows])
+    params = SamplingParams(n=2, max_tokens=16, temperature=1.0, logprobs=0, seed=2)
+
+    def engine_samples(lora_request=None):  # the batch of the engine's samples and its log-probs
+        out = llm.generate([{'prompt_token_ids': p} for p in prompts], params, use_tqdm=False,
+                           lora_request=lora_request)
+        samples = [(p, list(s.token_ids), [lp[t].logprob for lp, t in zip(s.logprobs, s.token_ids)])
+                   for p, o in zip(prompts, out) for s in o.outputs]
+        batch = make_batch({'prompt_ids': [p for p, _, _ in samples],
+                            'completion_ids': [c for _, c, _ in samples],
+                            'rollout_logp': [lp for _, _, lp in samples],
+                            'truncated': [False] * len(samples), 'completions': []},
+                           tokenizer.pad_token_id)
+        return batch
+
+    def unmerged(self, x):  # the textbook LoRA forward
+        return (torch.nn.functional.linear(x, self.weight.float(), self.bias)
+                + self.scale * torch.nn.functional.linear(torch.nn.functional.linear(
+                    x, self.lora_A), self.lora_B))
+
+    def mismatch(batch, forward):
+        merged_forward = LoRALinear.forward
+        LoRALinear.forward = forward
+        with torch.no_grad():
+            logp = completion_logprobs(model, batch['prompt_ids'], batch['prompt_mask'],
+                                       batch['completion_ids'], batch['completion_mask'], 1.0,
+                                       autocast)[0]
+        LoRALinear.forward = merged_forward
+        mask = batch['completion_mask']
+        return ((logp - batch['rollout_logp']).abs() * mask).sum().item() / mask.sum().item()
+
+    def reload(weights):
+        llm.collective_rpc('reload_weights', kwargs={'weights_iterator': iter(weights)})
+        llm.reset_prefix_cache()
+
+    base = [(k, v.detach().to(getattr(torch, dtype)).clone())
+            for k, v in merged_weights(model, changed_only=True)]
+    fixed = engine_samples()  # the answers the policy learns to raise (even) and lower (odd)
+    sign = torch.tensor([1.0, -1.0] * (len(fixed['completion_ids']) // 2))[:, None]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    table, adapter_dir = [], tempfile.mkdtemp(prefix='bench_lora_')
+    for step in range(steps + 1):
+        reload([(k, v.to(getattr(torch, dtype))) for k, v in merged_weights(model, True)])
+        merged = engine_samples()
+        reload(base)
+        save_adapter(os.path.join(adapter_dir, str(step)), model, MODEL)
+        adapter = engine_samples(LoRARequest(f'step{step}', step + 1,
+                                             os.path.join(adapter_dir, str(step))))
+        table.append({'merged sync, merged forward': mismatch(merged, LoRALinear.forward),
+                      'merged sync, textbook forward': mismatch(merged, unmerged),
+                      'vLLM LoRA, merged forward': mismatch(adapter, LoRALinear.forward),
+                      'vLLM LoRA, textbook forward': mismatch(adapter, unmerged)})
+        optimizer.zero_grad()
+        logp = completion_logprobs(model, fixed['prompt_ids'], fixed['prompt_mask'],
+                                   fixed['completion_ids'], fixed['completion_mask'], 1.0,
+                                   autocast)[0]
+        (-(logp * fixed['completion_mask'] * sign).sum() / fixed['completion_mask'].sum()).backward()
+        optimizer.step()
+    return {'dtype': dtype, 'steps': table}
+
+
 def run_child(name, *args):
     """One measurement in a fresh process; its result is the JSON on its last stdout line, None if
     it died."""
@@ -415,7 +499,7 @@ if __name__ == '__main__':
         name, args = argv[0].split('=', 1)[1], argv[1:]
         result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout,
                   'train': child_train, 'floor': child_floor, 'profile': child_profile,
-                  'share': child_share, 'memory': child_memory}[name](
+                  'share': child_share, 'memory': child_memory, 'lora': child_lora}[name](
             *[int(a) if a.isdigit() else a for a in args])
         if result is not None:
             print(json.dumps(result))
@@ -513,21 +597,32 @@ if __name__ == '__main__':
         rows.append(('memory per rank, 2 ranks', 'weights + gradients + AdamW',
                      'bytes held of the policy (one step of cpu_demo under torchrun, vLLM '
                      'engines); the resident-set peak also holds the engine and the libraries'))
-        for parallel in ('ddp', 'fsdp'):
+        # LoRA (rank 8 on every projection): the frozen base in the body's dtype, no gradient
+        # and no AdamW state but the adapters'
+        for label, parallel, extra in [('ddp', 'ddp', []), ('fsdp', 'fsdp', []),
+                                       ('ddp, LoRA r8', 'ddp', ['--lora_rank=8']),
+                                       ('fsdp, LoRA r8', 'fsdp', ['--lora_rank=8'])]:
             out_path = os.path.join(tempfile.mkdtemp(prefix='bench_'), 'memory')
             result = subprocess.run([sys.executable, '-m', 'torch.distributed.run',
                                      '--nproc_per_node=2', __file__, '--child=memory', out_path,
-                                     f'--parallel={parallel}'], capture_output=True, text=True)
+                                     f'--parallel={parallel}', *extra],
+                                    capture_output=True, text=True)
             if result.returncode != 0:
-                print(f"  memory {parallel}: exit {result.returncode} {result.stderr[-500:]}")
+                print(f"  memory {label}: exit {result.returncode} {result.stderr[-500:]}")
                 continue
             for rank in range(2):
                 r, gib = json.load(open(f'{out_path}{rank}')), lambda b: f'{b / 2**30:.3f}'
                 total = r['weights'] + r['gradients'] + r['adamw']
-                rows.append((f'  {parallel} rank {rank}', f'{gib(total)} GiB',
+                rows.append((f'  {label} rank {rank}', f'{gib(total)} GiB',
                              f"weights {gib(r['weights'])}, gradients {gib(r['gradients'])}, "
                              f"AdamW {gib(r['adamw'])} GiB; resident-set peak "
                              f"{gib(r['peak_rss'])} GiB"))
+    if want('lora') and (r := run_child('lora')):
+        rows.append(('LoRA: engine vs trainer', 'mean abs log-prob difference',
+                     f"rank 8, lr 1e-3, {r['dtype']} body and engine; after steps 0, 1, ..."))
+        for pairing in r['steps'][0]:
+            rows.append((f'  {pairing}', f"{r['steps'][-1][pairing]:.4f}",
+                         ', '.join(f'{s[pairing]:.4f}' for s in r['steps'])))
     if want('floor') and (r := run_child('floor')):
         lrs = ', '.join(f'{lr:g}' for lr in FLOOR_LRS)
         rows.append(('ratio floor (lr 1e-8)', 'mean abs log ratio / clip fraction',

@@ -19,6 +19,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_optimizer_state_dict)
 
+from lora import merged_weights, save_adapter
 from model import save_critic
 
 # DCP (save_optimizers) in one process, without torch.distributed, is what plain python means
@@ -65,16 +66,20 @@ def load_optimizers(path, optimizers):
 
 
 def save_checkpoint(ckpt_dir, model, tokenizer, trainer_state, critic=None, state_dict=None,
-                    critic_state_dict=None, optimizer_dir=None):
+                    critic_state_dict=None, optimizer_dir=None, lora_base=None):
     """Write to ckpt_dir + '.tmp', then swap it in: ckpt -> ckpt.old, ckpt.tmp -> ckpt, drop
-    ckpt.old. state_dict / critic_state_dict: the weights to write (FSDP's, gathered whole), if
-    not the model's own; optimizer_dir: a folder written by save_optimizers, moved in as
-    'optimizer'. A checkpoint is complete once it has meta.json, written last and atomically. A crash
-    at any point leaves a complete checkpoint in ckpt, or (between the two renames) none there but
-    the new one in ckpt.tmp and the previous one in ckpt.old: read_checkpoint_meta then finishes
-    the swap."""
+    ckpt.old. state_dict / critic_state_dict: the weights to write (FSDP's, gathered whole), if not
+    the model's own; optimizer_dir: a folder written by save_optimizers, moved in as 'optimizer';
+    lora_base (LoRA: the model the adapters adapt): state_dict holds the merged weights and the
+    adapters, which go to 'adapter' in PEFT's format. A checkpoint is complete once it has
+    meta.json, written last and atomically. A crash at any point leaves a complete checkpoint in
+    ckpt, or (between the two renames) none there but the new one in ckpt.tmp and the previous one
+    in ckpt.old: read_checkpoint_meta then finishes the swap."""
     tmp, old = ckpt_dir + ".tmp", ckpt_dir + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
+    if lora_base is not None:  # state_dict: the merged weights and the adapters (save_run's)
+        adapters = {k: state_dict.pop(k) for k in list(state_dict) if '.lora_' in k}
+        save_adapter(os.path.join(tmp, "adapter"), model, lora_base, adapters)
     model.save_pretrained(tmp, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     if critic is not None:
@@ -149,6 +154,10 @@ def resume_problem(ckpt_dir, meta, init_from, config):
     if changed := [k for k in POSITION_KEYS if k in saved and saved[k] != config[k]]:
         return (f"cannot resume {ckpt_dir} with a different {', '.join(changed)} "
                 f"(the data position would not mean the same)")
+    if saved.get('lora_rank', 0) != config['lora_rank']:
+        return (f"{ckpt_dir} was trained with lora_rank={saved.get('lora_rank', 0)}, not "
+                f"{config['lora_rank']}: resume with the same adapters (or start from its merged "
+                f"weights: --init_from={ckpt_dir})")
     if not os.path.isdir(os.path.join(ckpt_dir, 'optimizer')):
         return (f"{ckpt_dir} has no optimizer/ folder (it predates the DCP optimizer state): resume "
                 f"it with the revision that wrote it, or start from its weights: --init_from={ckpt_dir}")
@@ -171,27 +180,35 @@ def restore_rng(states, rank, device):
             torch.cuda.set_rng_state(states[rank]['cuda'], device)
 
 
-def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, critic=None):
+def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, critic=None,
+             lora_base=None):
     """Every rank: a checkpoint of the run, written by rank 0, with every rank's RNG state. Every
     rank writes its part of the optimizer state (DCP) into a folder that rank 0 moves into the
-    checkpoint; FSDP: the weights are gathered whole to rank 0 (every rank takes part)."""
+    checkpoint; FSDP: the weights are gathered whole to rank 0 (every rank takes part). lora_base
+    (LoRA): the HF folder holds the merged weights (vLLM and transformers load it), 'adapter' the
+    adapters."""
     distributed = dist.is_initialized()
     master = not distributed or dist.get_rank() == 0
-    rngs = [None] * (dist.get_world_size() if distributed else 1)
-    if distributed:
-        dist.all_gather_object(rngs, rng_state(device))
-    else:
-        rngs = [rng_state(device)]
+    mine = rng_state(device)
+    rngs = [mine] * (dist.get_world_size() if distributed else 1)
+    if distributed:  # every rank's, in rank order
+        dist.all_gather_object(rngs, mine)
     optimizer_dir = ckpt_dir + '.optimizer'
     if master:
         shutil.rmtree(optimizer_dir, ignore_errors=True)
     if distributed:
         dist.barrier()
     save_optimizers(optimizer_dir, optimizers)
-    weights = {'model': full_state(model), 'critic': full_state(critic) if critic else None}
+    weights = {'model': None if lora_base else full_state(model),
+               'critic': full_state(critic) if critic else None}
+    if lora_base:  # the merged weights and the adapters, each gathered whole (FSDP) in turn
+        adapters = ((k, v) for k, v in model.state_dict().items() if '.lora_' in k)
+        whole = ((k, v.full_tensor() if hasattr(v, 'full_tensor') else v)
+                 for k, v in [*merged_weights(model), *adapters])
+        weights['model'] = {k: v.detach().cpu() for k, v in whole if master}  # every rank gathers
     if master:
         save_checkpoint(ckpt_dir, model, tokenizer, {**trainer_state, 'rng': rngs}, critic=critic,
                         state_dict=weights['model'], critic_state_dict=weights['critic'],
-                        optimizer_dir=optimizer_dir)
+                        optimizer_dir=optimizer_dir, lora_base=lora_base)
     if distributed:
         dist.barrier()

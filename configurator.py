@@ -85,25 +85,19 @@ for _arg in sys.argv[1:]:
 
 if _help:
     # train.py's config section (from its '# config:' line to config_keys) is the documentation:
-    # print it as it is, each key's default replaced by its current value, its comment kept
+    # print it as it is, each key's default replaced by its current value, its comment kept. A
+    # key's line is `key = default` or `key: type = default`, then its comment after two spaces
+    # (PEP 8's inline comment)
     _lines = open(__file__).read().splitlines()
     _start = next(i for i, line in enumerate(_lines) if line.startswith('# config:'))
     _end = next(i for i, line in enumerate(_lines) if line.startswith('config_keys'))
-    _block = _lines[_start:_end]
-    _keys, _inside = {}, set()  # first line of each key's assignment -> key; its other lines
-    for _node in ast.parse('\n'.join(_block)).body:
-        _target = _node.targets[0] if isinstance(_node, ast.Assign) else getattr(_node, 'target', 0)
-        if getattr(_target, 'id', None) in _defaults:
-            _keys[_node.lineno] = (_target.id, _block[_node.end_lineno - 1][_node.end_col_offset:])
-            _inside.update(range(_node.lineno + 1, _node.end_lineno + 1))
-    for _i, _line in enumerate(_block, 1):
-        if _i in _keys:
-            _key, _rest = _keys[_i]  # _rest: the spaces and the comment after the default
-            _text = f"{_line.partition('=')[0]}= {globals()[_key]!r}"
-            _col = len(_line) - len(_rest.lstrip())  # where the comment started: keep it there
-            print(f"{_text.ljust(_col - 2)}  {_rest.strip()}" if _rest.strip() else _text)
-        elif _i not in _inside:
-            print(_line)
+    for _line in _lines[_start:_end]:
+        _code, _hash, _comment = _line.partition('  #')
+        _key = _code.partition('=')[0].partition(':')[0].strip()
+        if _key in _defaults:
+            _text = f"{_code.partition('=')[0]}= {globals()[_key]!r}"
+            _line = f"{_text.ljust(len(_code))}  #{_comment}" if _hash else _text
+        print(_line)
     sys.exit(0)
 
 # -----------------------------------------------------------------------------
@@ -129,14 +123,15 @@ for _valid, _in_range, _keys in [
           'max_gen_batches', 'eps_high', 'cispo_eps_high', 'kl_cov_coef', 'beta', 'critic_lr',
           'value_warmup_steps', 'lm_coef', 'learning_rate', 'weight_decay', 'grad_clip',
           'warmup_iters', 'max_iters', 'eval_interval', 'warn_degenerate_steps', 'warn_mismatch',
-          'stop_mismatch', 'samples_per_step']),
+          'stop_mismatch', 'samples_per_step', 'lora_rank']),
         # oversample < 1 could never fill a step in one round
         ('>= 1', lambda v: v >= 1,
          ['max_prompt_len', 'prompts_per_step', 'max_new_tokens', 'oversample', 'num_iterations',
           'micro_batch_size', 'max_tokens_per_micro', 'max_bad_steps']
          + (['eval_samples', 'eval_problems'] if eval_interval else [])),
         ('> 0', lambda v: v > 0,
-         ['reward_timeout', 'temperature', 'tau_pos', 'tau_neg', 'tis_cap', 'vf_clip', 'lam_alpha']),
+         ['reward_timeout', 'temperature', 'tau_pos', 'tau_neg', 'tis_cap', 'vf_clip', 'lam_alpha',
+          'lora_alpha']),
         ('in (0, 1]', lambda v: 0 < v <= 1, ['top_p', 'vllm_gpu_memory_utilization']),
         ('in [0, 1]', lambda v: 0 <= v <= 1,
          ['clip_cov_ratio', 'kl_cov_ratio', 'gae_lambda', 'warn_truncated']),
@@ -170,6 +165,8 @@ if tis_mode != 'none' and rollout_engine != 'vllm':
 if parallel == 'fsdp' and rollout_engine != 'vllm':
     config_error("parallel='fsdp' needs rollout_engine='vllm': HF generate runs the model's own "
                  "forward, which does not gather the sharded weights")
+if lora_rank == 0 and lora_alpha is not None:
+    config_error(f"lora_alpha={lora_alpha} is set but lora_rank=0 (LoRA off): set lora_rank too")
 if old_logp_source == 'rollout' and (rollout_engine != 'vllm' or tis_mode != 'none'):
     config_error("old_logp_source='rollout' needs rollout_engine='vllm' (its log-probs) and "
                  "tis_mode='none' (the sampler is pi_old then: no mismatch is left to correct)")

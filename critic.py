@@ -95,13 +95,13 @@ def critic_advantages(mbs, mode, gae_lambda, lam_alpha, beta=0.0, reduce_sum=lam
         mb['advantages'] = (mb['advantages'] - mean) / (std + 1e-8) * mb['completion_mask']
 
 
-def critic_update(scorer, optimizer, mbs, args_of, num_iterations, vf_clip, num_tokens, grad_clip,
+def critic_update(scorer, optimizer, mbs, num_iterations, vf_clip, num_tokens, grad_clip,
                   world_size=1):
     """num_iterations passes of PPO's clipped value loss over the micro-batches, each one AdamW step
-    of the critic's own optimizer. scorer(*args_of(mb)) -> V (B, T). Returns the first pass's sums
+    of the critic's own optimizer. scorer(mb) -> V (B, T). Returns the first pass's sums
     of statistics."""
     def loss_of(mb):
-        return value_loss(scorer(*args_of(mb)), mb['old_values'], mb['returns'],
+        return value_loss(scorer(mb), mb['old_values'], mb['returns'],
                           mb['completion_mask'], vf_clip, num_tokens)
     sums = {}
     for it in range(num_iterations):

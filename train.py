@@ -38,6 +38,7 @@ from tqdm import tqdm
 from checkpoint import (load_optimizers, load_trainer_state, read_checkpoint_meta, restore_rng,
                         resume_problem, save_run)
 from critic import critic_advantages, critic_update
+from lora import adapters_off, add_lora, load_adapter, merged_weights
 from losses import LOSS_HP, VARIANTS, group_advantages, policy_loss
 from model import (Scorer, backward_pass, clip_grad_norm, completion_values, load_critic,
                    load_model, micro_batches, native_bf16, round_ties, wrap)
@@ -130,6 +131,11 @@ max_tokens_per_micro = 2048   # ... and this many tokens, padding included (rows
 # scaler). The LM head is always fp32.
 dtype = 'auto'
 gradient_checkpointing = False  # recompute activations in backward: less memory, more compute
+# LoRA (lora.py): train adapters W + (alpha / r) B A on a frozen base; 0: off (full fine-tuning).
+# LoRA without regret: rank 1-32 on every linear layer, at ~10x full fine-tuning's learning rate
+lora_rank = 0
+lora_alpha: float = None      # the scale is alpha / lora_rank; None: 32 (LoRA without regret's)
+lora_targets = 'all-linear'   # the decoder's projections, or a comma-separated list of their names
 # pi_old when num_iterations > 1: 'policy' (a no-grad pass) | 'rollout' (vLLM's log-probs, no pass:
 # verl's "bypass" mode; the clip absorbs the mismatch)
 old_logp_source = 'policy'
@@ -171,6 +177,7 @@ config = {k: globals()[k] for k in config_keys}
 variant, task = VARIANTS[loss_type], TASKS[reward_fn]  # (after the config: a file may patch TASKS)
 adv_scale = variant['adv'] if adv_scale is None else adv_scale  # Dr. GRPO does not divide by std
 value_warmup_steps = variant['value_warmup'] if value_warmup_steps is None else value_warmup_steps
+lora_alpha = 32.0 if lora_alpha is None else lora_alpha
 
 # -----------------------------------------------------------------------------
 # data: every task's rows share one format (rewards.load_rows, data/*/prepare.py)
@@ -218,25 +225,38 @@ if problem := resume_problem(ckpt_dir, ckpt_meta, init_from, config):
 model_source = ckpt_meta['model_source'] if resume else init_from  # the model this run started from
 model_path = ckpt_dir if resume else init_from
 
-def trainable(net, lr, fn=None):
+def trainable(net, lr, fn=None, **kwargs):
     """The policy's or the critic's setup: on device, in train mode, wrapped for torchrun (its
-    forward for the loss: a Scorer, so that DDP's hooks are on completion_logprobs, not the HF
-    forward), and its own AdamW (fused: one kernel over all parameters, 0.04 s, not 0.3 s, here)."""
+    forward for the loss: a Scorer of fn with kwargs, so that DDP's hooks are on
+    completion_logprobs, not the HF forward), and its own AdamW over what it trains (fused: one
+    kernel over all parameters, 0.04 s, not 0.3 s, here)."""
     net.to(device).train()
     if gradient_checkpointing:  # recompute activations in backward
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
-    wrapped = wrap(Scorer(net, fn), mode, local_rank)  # first: FSDP's optimizer holds the shards
-    return wrapped, torch.optim.AdamW(net.parameters(), lr=lr, betas=(beta1, beta2),
+    # wrapped first: FSDP's optimizer holds the shards
+    wrapped = wrap(Scorer(net, fn, autocast_dtype=autocast_dtype, **kwargs), mode, local_rank)
+    trained_params = [p for p in net.parameters() if p.requires_grad]  # LoRA: the adapters
+    return wrapped, torch.optim.AdamW(trained_params, lr=lr, betas=(beta1, beta2),
                                       weight_decay=weight_decay, fused=True)
 
 # bf16 body: fp32 weights on that dtype's rounding ties are rounded once (model.round_ties)
-model, tokenizer = load_model(model_path, autocast_dtype)
-scorer, optimizer = trainable(model, learning_rate)
+model, tokenizer = load_model(model_source if lora_rank else model_path, autocast_dtype)
+if lora_rank:  # adapters on the frozen base (stored in the body's dtype); a resume loads its own
+    try:
+        add_lora(model, lora_rank, lora_alpha, lora_targets, autocast_dtype or torch.float32, seed)
+    except ValueError as e:
+        config_error(e)
+    if resume:
+        load_adapter(os.path.join(ckpt_dir, 'adapter'), model)
+scorer, optimizer = trainable(model, learning_rate, temperature=temperature)
 optimizers = {'policy': (model, optimizer)}  # saved and loaded by name (checkpoint.save_optimizers)
 ref_scorer = None
-if beta > 0:  # the frozen initial model, for the KL penalty
+if beta > 0 and lora_rank:  # LoRA: pi_ref is the base, the policy's pass with its adapters off
+    ref_scorer = scorer
+elif beta > 0:  # the frozen initial model, for the KL penalty
     ref_model = load_model(model_source, autocast_dtype)[0].to(device).eval().requires_grad_(False)
-    ref_scorer = wrap(Scorer(ref_model), mode, local_rank)
+    ref_scorer = wrap(Scorer(ref_model, temperature=temperature, autocast_dtype=autocast_dtype),
+                      mode, local_rank)
 critic = critic_scorer = None
 if variant['critic']:  # PPO / VAPO: the value model (the base network, a scalar head), its AdamW
     critic = load_critic(os.path.join(ckpt_dir, 'critic') if resume else model_source)
@@ -248,10 +268,8 @@ if resume:
     load_optimizers(os.path.join(ckpt_dir, 'optimizer'), optimizers)
 engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vllm_fp32_head,
                      distributed=ddp, gpu_memory_utilization=vllm_gpu_memory_utilization,
-                     sleep_mode=vllm_sleep and device.startswith('cuda'), verbose=verbose,
-                     dtype=dtype,  # the trainer's body dtype: the sampler is the policy trained
-                     enforce_eager=vllm_enforce_eager if vllm_enforce_eager is not None
-                     else not device.startswith('cuda'))
+                     sleep_mode=vllm_sleep, verbose=verbose, enforce_eager=vllm_enforce_eager,
+                     dtype=dtype)  # the trainer's body dtype: the sampler is the policy trained
 
 def reduce_sum(x):
     """x summed over ranks (a number or a dict of numbers with the same keys on every rank)."""
@@ -379,10 +397,6 @@ def trained_rows(batch):
 
 # -----------------------------------------------------------------------------
 # score and update: micro-batches, the no-grad passes, the policy's optimizer passes
-def score_args(mb):
-    ids_and_masks = mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'], mb['completion_mask']
-    return (*ids_and_masks, temperature, autocast_dtype)
-
 @torch.no_grad()
 def score(mbs):
     """The no-grad passes the loss needs, one each, into every micro-batch: pi_old (when
@@ -393,10 +407,13 @@ def score(mbs):
     need_old = need_old and 'old_logp' not in mbs[0]
     for key, net in [('old_logp', scorer if need_old else None), ('ref_logp', ref_scorer),
                      ('old_values', critic_scorer)]:
-        for mb in mbs if net is not None else []:
-            # DDP's hooks off for a no-grad pass (FSDP's stay: they gather the shards)
-            out = (net.module if isinstance(net, DDP) else net)(*score_args(mb))
-            mb[key] = out if key == 'old_values' else out[0]
+        # LoRA's pi_ref: the base model, the policy with its adapters off (lora.adapters_off)
+        base = adapters_off(model) if key == 'ref_logp' and lora_rank else contextlib.nullcontext()
+        with base:
+            for mb in mbs if net is not None else []:
+                # DDP's hooks off for a no-grad pass (FSDP's stay: they gather the shards)
+                out = (net.module if isinstance(net, DDP) else net)(mb)
+                mb[key] = out if key == 'old_values' else out[0]
         if fsdp and net is not None:  # FSDP2 keeps a root gathered after a forward until its
             net.reshard()             # backward: the reference's would stay whole all run
 
@@ -417,7 +434,7 @@ def micro_batch_loss(mb, counts):
     """One micro-batch's share of the step's loss (global denominators: the shares add up, over
     micro-batches and ranks, to the batch loss), with the current log-probs, entropies and the loss
     statistics."""
-    logp, entropy = scorer(*score_args(mb))
+    logp, entropy = scorer(mb)
     old_logp = mb['old_logp'] if 'old_logp' in mb else logp.detach()
     loss, stats = policy_loss(loss_type, logp, old_logp, mb['advantages'], mb['completion_mask'],
                               num_tokens=counts['tokens'], num_seqs=counts['seqs'],
@@ -503,7 +520,7 @@ def save(steps_done):
     save_run(ckpt_dir, model, tokenizer, optimizers, {
         'step': steps_done, 'model_source': model_source, 'config': config,
         'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor},
-        device, critic=critic)
+        device, critic=critic, lora_base=model_source if lora_rank else None)
 
 # SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, save, exit
 stop_signal = threading.Event()
@@ -570,13 +587,14 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
             sums, update = policy_update(mbs, counts, step, lengths.median())
             # the critic: num_iterations passes of PPO's clipped value loss, its own AdamW
             if critic is not None:
-                sums.update(critic_update(critic_scorer, critic_optimizer, mbs, score_args,
-                                          num_iterations, vf_clip, counts['tokens'], grad_clip,
-                                          world_size))
+                sums.update(critic_update(critic_scorer, critic_optimizer, mbs, num_iterations,
+                                          vf_clip, counts['tokens'], grad_clip, world_size))
 
         # --- sync the new weights into the sampler
         with timed('sync'):
-            sync_weights(engine, model)
+            # LoRA: only the merged weights move (W + (alpha / r) B A): only they are streamed
+            moved = merged_weights(model, changed_only=True) if lora_rank else None
+            sync_weights(engine, model, moved)
         # every sum of the step over ranks, in one reduction, and the record of their means
         sums.update(step_sums(batch, reward_parts, lengths, trained, mbs, body_tokens, verified,
                               group_size if critic is not None else None))

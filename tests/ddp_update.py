@@ -21,7 +21,13 @@ The split step's optimizer state is then saved by every rank (model.save_optimiz
 FSDP rank its shards) and loaded into unsharded optimizers (model.load_optimizers): it must equal
 the state of the single-process step, as a resume on another world size or layout needs.
 
-    torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH [PARALLEL]"""
+With LORA='lora' the policy is the tiny model with rank-4 adapters on every projection (lora.py;
+the frozen base stored in bf16, the adapters fp32, B not zero so that A learns too) and the KL
+reference is the same network with its adapters off: only the adapters move, and DDP / FSDP2
+(a frozen and a trained parameter in each layer, of two dtypes) must make the single process's
+step.
+
+    torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH [PARALLEL [LORA]]"""
 import datetime
 import os
 import sys
@@ -35,11 +41,13 @@ from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassificat
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from checkpoint import load_optimizers, save_optimizers  # noqa: E402
 from critic import critic_advantages, critic_update  # noqa: E402
+from lora import ALL_LINEAR, adapters_off, add_lora  # noqa: E402
 from losses import CRITIC_LOSS_TYPES, VARIANTS, group_advantages, policy_loss  # noqa: E402
 from model import Scorer, backward_pass, completion_values, even_micro_batches, wrap  # noqa: E402
 
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
+lora = len(sys.argv) > 5 and sys.argv[5] == 'lora'
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))  # a mismatch fails fast
 rank, world = dist.get_rank(), dist.get_world_size()
 CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -50,6 +58,22 @@ CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidde
 def tiny(cls, seed):
     torch.manual_seed(seed)
     return cls(CFG)
+
+
+def policy():
+    model = tiny(LlamaForCausalLM, 0)
+    if lora:
+        add_lora(model, 4, 8.0, ALL_LINEAR, torch.bfloat16, seed=0)
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith('lora_B'):
+                    p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def trained(module):
+    return [p for p in module.parameters() if p.requires_grad]
 
 
 # fixed samples: 12 completions (3 groups of 4) of different lengths, prompts of 5 tokens; group
@@ -68,13 +92,8 @@ batch['correct'] = (batch['rewards'] > 0.5).float()
 BETA = 0.0 if loss_type in CRITIC_LOSS_TYPES else 0.05  # the critic's KL is a reward instead
 
 
-def args_of(mb):
-    return (mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'], mb['completion_mask'], 1.0,
-            None)
-
-
 def flat(params):  # FSDP's shards gathered whole
-    return torch.cat([(p.full_tensor() if isinstance(p, DTensor) else p).detach().flatten()
+    return torch.cat([(p.full_tensor() if isinstance(p, DTensor) else p).detach().float().flatten()
                       for p in params])
 
 
@@ -86,10 +105,10 @@ def one_step(rows, ddp, micro):
         dist.all_reduce(t)
         return dict(zip(sorted(x), t.tolist()))
 
-    model = tiny(LlamaForCausalLM, 0)
+    model = policy()
     scorer = wrap(Scorer(model), parallel if ddp else None)
     # the update is the gradient itself; so is the momentum buffer (the optimizer state saved)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5)
+    optimizer = torch.optim.SGD(trained(model), lr=1.0, momentum=0.5)
     mine = {k: v[rows] for k, v in batch.items()}
     mine['advantages'] = group_advantages(mine['rewards'], G, scale=adv_scale,
                                           reduce_sum=reduce_sum)
@@ -99,11 +118,17 @@ def one_step(rows, ddp, micro):
     mbs = [{k: v[i:i + micro] for k, v in mine.items()} for i in range(0, len(rows), micro)]
     if ddp and parallel == 'fsdp':
         mbs = even_micro_batches(mbs)
-    if BETA > 0:  # the reference model's no-grad pass
+    if BETA > 0 and lora:  # the reference: the same (wrapped) network, its adapters off
+        with torch.no_grad(), adapters_off(model):
+            for mb in mbs:
+                mb['ref_logp'] = (scorer.module if isinstance(scorer, DDP) else scorer)(mb)[0]
+        if ddp and parallel == 'fsdp':
+            scorer.reshard()
+    elif BETA > 0:  # the reference model's no-grad pass
         ref = wrap(Scorer(tiny(LlamaForCausalLM, 2)), parallel if ddp else None)
         with torch.no_grad():
             for mb in mbs:
-                mb['ref_logp'] = (ref.module if isinstance(ref, DDP) else ref)(*args_of(mb))[0]
+                mb['ref_logp'] = (ref.module if isinstance(ref, DDP) else ref)(mb)[0]
         if ddp and parallel == 'fsdp':
             embed = ref.model.model.embed_tokens
             assert not isinstance(embed.weight, DTensor)  # FSDP2 keeps the root gathered ...
@@ -117,11 +142,11 @@ def one_step(rows, ddp, micro):
         no_hooks = critic_scorer.module if isinstance(critic_scorer, DDP) else critic_scorer
         with torch.no_grad():
             for mb in mbs:
-                mb['old_values'] = no_hooks(*args_of(mb))
+                mb['old_values'] = no_hooks(mb)
         # alpha 0.5: lambda > 0 here
         critic_advantages(mbs, VARIANTS[loss_type]['critic'], 0.95, 0.5, reduce_sum=reduce_sum)
     def loss_of(mb):  # train.py's micro_batch_loss (vapo: its NLL term, lm_coef 0.1)
-        logp, _ = scorer(*args_of(mb))
+        logp, _ = scorer(mb)
         return policy_loss(loss_type, logp, logp.detach(), mb['advantages'], mb['completion_mask'],
                            num_tokens=counts['tokens'], num_seqs=counts['seqs'], max_new_tokens=C,
                            ref_logp=mb.get('ref_logp'), beta=BETA, correct=mb['correct'],
@@ -132,7 +157,7 @@ def one_step(rows, ddp, micro):
     params = [flat(model.parameters())]
     optimizers = {'policy': (model, optimizer)}
     if critic is not None:
-        critic_update(critic_scorer, critic_optimizer, mbs, args_of, 1, 0.5, counts['tokens'], 0.0,
+        critic_update(critic_scorer, critic_optimizer, mbs, 1, 0.5, counts['tokens'], 0.0,
                       world if ddp else 1)
         params.append(flat(critic.parameters()))
         optimizers['critic'] = (critic, critic_optimizer)
@@ -141,20 +166,20 @@ def one_step(rows, ddp, micro):
 
 def fresh_optimizers():
     """Unsharded models and optimizers that have not stepped, as a resume builds them."""
-    optimizers = {'policy': tiny(LlamaForCausalLM, 0)}
+    optimizers = {'policy': policy()}
     if loss_type in CRITIC_LOSS_TYPES:
         optimizers['critic'] = tiny(LlamaForTokenClassification, 1)
-    return {k: (m, torch.optim.SGD(m.parameters(), lr=1.0, momentum=0.5))
+    return {k: (m, torch.optim.SGD(trained(m), lr=1.0, momentum=0.5))
             for k, m in optimizers.items()}
 
 
 def momentum(optimizers):
     return torch.cat([opt.state[p]['momentum_buffer'].flatten()
-                      for module, opt in optimizers.values() for p in module.parameters()])
+                      for module, opt in optimizers.values() for p in trained(module)])
 
 
 def start():
-    params = [torch.cat([p.detach().flatten() for p in tiny(LlamaForCausalLM, 0).parameters()])]
+    params = [torch.cat([p.detach().float().flatten() for p in policy().parameters()])]
     if loss_type in CRITIC_LOSS_TYPES:
         params.append(torch.cat([p.detach().flatten()
                                  for p in tiny(LlamaForTokenClassification, 1).parameters()]))

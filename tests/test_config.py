@@ -42,6 +42,7 @@ BAD = [
     (["--dtype=float16"], "dtype='float16' trains without a gradient scaler (small gradients "
                           "underflow to 0): use 'bfloat16' where the hardware has it, else 'float32'"),
     (["--dtype=fp32"], "dtype='fp32'; valid: auto, float32, bfloat16"),
+    (["--lora_alpha=16"], "lora_alpha=16.0 is set but lora_rank=0 (LoRA off): set lora_rank too"),
 ]
 
 
@@ -86,6 +87,7 @@ RANGES = [
     ("--ckpt_interval=-2", ">= -1 (-1: never)"), ("--max_bad_steps=0", ">= 1"),
     ("--warn_truncated=1.5", "in [0, 1]"), ("--warn_degenerate_steps=-1", ">= 0"),
     ("--warn_mismatch=-1.0", ">= 0"), ("--stop_mismatch=-1.0", ">= 0"),
+    ("--lora_rank=-1", ">= 0"), ("--lora_alpha=0.0", "> 0"),
 ]
 NO_MODEL = "--init_from=tests"  # any folder passes the checks: they load nothing
 # values at the edge of a range, or meaningful though unusual: accepted

@@ -27,19 +27,22 @@ def records(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
 
-@pytest.mark.parametrize("loss_type, adv_scale, parallel", [
-    ("dapo", "group", "ddp"), ("grpo", "batch", "ddp"), ("dr_grpo", "none", "ddp"),
-    ("ppo", "group", "ddp"), ("vapo", "group", "ddp"),
-    ("grpo", "group", "fsdp"), ("dapo", "batch", "fsdp"), ("ppo", "group", "fsdp")])
-def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale, parallel):
+@pytest.mark.parametrize("loss_type, adv_scale, parallel, lora", [
+    ("dapo", "group", "ddp", ""), ("grpo", "batch", "ddp", ""), ("dr_grpo", "none", "ddp", ""),
+    ("ppo", "group", "ddp", ""), ("vapo", "group", "ddp", ""), ("grpo", "group", "ddp", "lora"),
+    ("grpo", "group", "fsdp", ""), ("dapo", "batch", "fsdp", ""), ("ppo", "group", "fsdp", ""),
+    ("grpo", "group", "fsdp", "lora")])
+def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale, parallel, lora):
     """ppo / vapo: the critic's advantages (whitened over both ranks' tokens) and its update
     included; adv_scale='batch': the std is over both ranks' rewards. fsdp: the policy (and the
     critic, and the reference model) sharded by FSDP2 over the two ranks, tied embeddings
     included. The ranks hold 4 and 8 rows in 1 and 4 micro-batches, shared prompts and not: under
     FSDP, before model.even_micro_batches, the ranks' collectives did not match ("Received data
-    size doesn't match expected size")."""
+    size doesn't match expected size"). lora: only the adapters train (DDP all-reduces theirs
+    alone; FSDP2: a frozen bf16 base and trained fp32 adapters in each layer), the KL reference is
+    the policy with its adapters off."""
     out = str(tmp_path / "update.pt")
-    torchrun("tests/ddp_update.py", loss_type, adv_scale, out, parallel, timeout=300)
+    torchrun("tests/ddp_update.py", loss_type, adv_scale, out, parallel, lora, timeout=300)
     result = torch.load(out)
     moved = (result["whole"] - result["start"]).abs().max()
     # the step did something

@@ -245,7 +245,7 @@ def test_a_weight_sync_that_stopped_working_stops_the_run_with_a_checkpoint(tmp_
     stops with exit code 1 and a message that names the sync."""
     no_sync = tmp_path / "no_sync.py"
     no_sync.write_text("import sys\n"
-                       "sys.modules['__main__'].sync_weights = lambda engine, model: None\n")
+                       "sys.modules['__main__'].sync_weights = lambda *args: None\n")
     out_dir = str(tmp_path / "run")
     result = subprocess.run([sys.executable, "train.py", *TINY, str(no_sync),
                              f"--out_dir={out_dir}", "--rollout_engine=vllm", "--eval_interval=0",
