@@ -10,12 +10,13 @@ linear layer track full fine-tuning's GRPO curve at ~10x its learning rate: RL's
 bits a step.
 
 Why the merged form, (W + s B A) x, and not W x + s B (A x): the sampler gets the merged weight,
-rounded to its dtype (bf16 where the hardware has it). A trainer computing W x + s B (A x) sees a
-delta that the engine's rounded copy loses (the trap the sync guard caught once: a bf16 engine
-beside an fp32 trainer, mismatch 0.027 -> 0.360 in 4 steps). Here the trainer's forward builds the
-same merged weight (merged_weight, in fp32, outside autocast) and autocast rounds it as the sync
-does, so both compute the same numbers. The cost: one (out, in) merged weight per layer in each
-forward, as full fine-tuning's autocast makes a bf16 copy of each weight.
+rounded to its dtype (bf16 where the hardware has it), which loses the part of the delta below
+half a bf16 step; a trainer computing W x + s B (A x) keeps it, and its log-probs sit further from
+the sampler's (docs/lora.md: +0.002 to +0.007 nats a token in 3 steps, measured). Here the
+trainer's forward builds the same merged weight (merged_weight, in fp32, outside autocast) and
+autocast rounds it as the sync does, so both compute the same numbers. The cost: one (out, in)
+merged weight per layer in each forward, as full fine-tuning's autocast makes a bf16 copy of each
+weight.
 
 With beta > 0 the KL reference is the same network with the adapters switched off (adapters_off):
 no second model in memory (train.py's score runs the policy's own pass inside it).

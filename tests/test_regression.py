@@ -50,10 +50,10 @@ def one_step(loss_type, hp):
     if loss_type == "ppo":
         torch.manual_seed(2)
         critic = LlamaForTokenClassification(CFG)
-        mb = {"completion_mask": mask, "rewards": rewards, "old_values": completion_values(critic, *args).detach()}
+        mb = {"completion_mask": mask, "rewards": rewards, "old_values": completion_values(critic, *args[:4]).detach()}
         critic_advantages([mb], "gae", 0.95, 0.05)
         advantages = mb["advantages"]
-        values = completion_values(critic, *args)
+        values = completion_values(critic, *args[:4])
         vloss, _ = value_loss(values, mb["old_values"] + 0.1, mb["returns"], mask, 0.5)
     hp = {**hp, "ref_logp": old_logp - 0.05} if hp.get("beta") else hp
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
