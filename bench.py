@@ -40,7 +40,8 @@ Sections
            mean |log pi_trainer - log pi_engine| of the engine's samples (16 answers, <= 16
            tokens) after each step, for the merged sync (train.py's) and vLLM's own LoRA
            (enable_lora, the adapter written in PEFT's format each step), against the trainer's
-           merged forward (lora.py's) and the textbook W x + s B (A x). ~15 min on 2 cores.
+           merged forward (lora.py's) and the textbook W x + s B (A x). One step took 3.5 min on
+           a busy 2-core Xeon (2026-12-01); the section runs 4.
 Each measurement runs in its own process, so one that runs out of memory is reported as such.
 """
 import json
