@@ -7,6 +7,7 @@ optimizers' state (torch.distributed.checkpoint: every rank writes its own shard
 trainer_state.pt (step, data position, every rank's RNG states, the config). It is written to
 ckpt.tmp and swapped in (save_checkpoint); meta.json, written last, marks it complete.
 """
+import itertools
 import json
 import os
 import random
@@ -201,10 +202,10 @@ def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, crit
     save_optimizers(optimizer_dir, optimizers)
     weights = {'model': None if lora_base else full_state(model),
                'critic': full_state(critic) if critic else None}
-    if lora_base:  # the merged weights and the adapters, each gathered whole (FSDP) in turn
+    if lora_base:  # the merged weights and the adapters, one at a time, gathered whole (FSDP)
         adapters = ((k, v) for k, v in model.state_dict().items() if '.lora_' in k)
         whole = ((k, v.full_tensor() if hasattr(v, 'full_tensor') else v)
-                 for k, v in [*merged_weights(model), *adapters])
+                 for k, v in itertools.chain(merged_weights(model), adapters))
         weights['model'] = {k: v.detach().cpu() for k, v in whole if master}  # every rank gathers
     if master:
         save_checkpoint(ckpt_dir, model, tokenizer, {**trainer_state, 'rng': rngs}, critic=critic,
