@@ -112,7 +112,8 @@ for _key, _valid in [('loss_type', _losses.LOSS_TYPES), ('reward_fn', tuple(_rew
                    ('rollout_engine', ('vllm', 'hf')),
                    ('dtype', ('auto', 'float32', 'bfloat16')), ('tis_mode', _losses.TIS_MODES),
                    ('kl_estimator', _losses.KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout')),
-                   ('parallel', ('ddp', 'fsdp'))]:
+                   ('parallel', ('ddp', 'fsdp')),
+                   ('reward_control', ('none', 'random', 'shuffled'))]:
     if globals()[_key] not in _valid:
         config_error(f"{_key}={globals()[_key]!r}; valid: {', '.join(v for v in _valid if v)}")
 # every number's valid range, keys grouped by it (a None default may stay None). The comparisons
@@ -123,7 +124,8 @@ for _valid, _in_range, _keys in [
           'max_gen_batches', 'eps_high', 'cispo_eps_high', 'kl_cov_coef', 'beta', 'critic_lr',
           'value_warmup_steps', 'lm_coef', 'learning_rate', 'weight_decay', 'grad_clip',
           'warmup_iters', 'max_iters', 'eval_interval', 'warn_degenerate_steps', 'warn_mismatch',
-          'stop_mismatch', 'samples_per_step', 'lora_rank']),
+          'stop_mismatch', 'samples_per_step', 'lora_rank', 'curriculum_window',
+          'curriculum_cooldown', 'warn_reward_gap', 'warn_length_rise']),
         # oversample < 1 could never fill a step in one round
         ('>= 1', lambda v: v >= 1,
          ['max_prompt_len', 'prompts_per_step', 'max_new_tokens', 'oversample', 'num_iterations',

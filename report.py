@@ -44,24 +44,31 @@ def batch_stats(mb, logp, entropy, n_tokens, median_len):
     return {**sums, **token_weight_sums(logp.grad, mb['advantages'], mask, median_len)}
 
 
-def step_sums(batch, reward_parts, lengths, trained, mbs, body_tokens, verified, group_size=None):
+def step_sums(batch, reward_parts, lengths, trained, mbs, body_tokens, verified, group_size,
+              critic=False):
     """This rank's sums for the step's record, beside the update's: the per-sample quantities
     (logged as their means over the step's samples), the token counts, the reward errors so far
-    (verified: the trainer's counts); group_size (ppo / vapo): the squared error of GRPO's
-    group-mean baseline, which the critic's is compared with."""
+    (verified: the trainer's counts); with shaping terms, the within-group variance of the task
+    reward and of the shaping (what moves a group advantage); critic (ppo / vapo): the squared
+    error of GRPO's group-mean baseline, which the critic's is compared with."""
     correct = batch['correct'] > 0
     per_sample = {'reward': batch['rewards'], 'completion_len': lengths,
                   'truncated': batch['truncated'].float(), 'trained_frac': trained.float(),
                   **{f'reward/{k}': v for k, v in reward_parts.items()}}
+    if 'true_correct' in batch:  # reward_control: the verifier's verdicts, never seen by the trainer
+        per_sample['reward/true_task'] = torch.tensor(batch['true_correct'], dtype=torch.float)
     sums = {**{k: v.sum().item() for k, v in per_sample.items()},
             'seqs': len(lengths), 'n_correct': correct.sum().item(),
             'len_correct': lengths[correct].sum().item(), 'body_tokens': body_tokens,
             'head_tokens': sum(mb['completion_mask'].sum().item() for mb in mbs),
             'reward_errors': verified['errors'], 'verified': verified['completions']}
-    if group_size:
-        rewards = batch['rewards']
-        group_mean = rewards.view(-1, group_size).mean(1).repeat_interleave(group_size)
-        sums['group_sq_err'] = ((rewards - group_mean) ** 2).sum().item()
+    group_mean = lambda r: r.view(-1, group_size).mean(1).repeat_interleave(group_size)
+    sq_dev = lambda r: ((r - group_mean(r)) ** 2).sum()  # within its group
+    if len(reward_parts) > 1:
+        sums['var_task'] = sq_dev(reward_parts['task']).item()
+        sums['var_shaping'] = sq_dev(sum(v for k, v in reward_parts.items() if k != 'task')).item()
+    if critic:
+        sums['group_sq_err'] = sq_dev(batch['rewards']).item()
     return sums
 
 
@@ -107,6 +114,10 @@ def step_record(step, totals, update, sample_record, num_iterations, local):
     }
     if 'rollout_mismatch' in totals:
         record['rollout_mismatch'] = totals['rollout_mismatch'] / n_tokens
+    if totals.get('var_task', 0) + totals.get('var_shaping', 0) > 0:
+        # of the within-group variance of the reward (task + shaping), the shaping's share
+        record['reward/shaping_share'] = totals['var_shaping'] / (totals['var_task']
+                                                                  + totals['var_shaping'])
     if totals['n_short'] and totals['n_long']:  # grpo: > 1, dapo: 1 (losses.token_weight_sums)
         short = totals['weight_short'] / totals['n_short']
         record['token_weight_short_long'] = short / (totals['weight_long'] / totals['n_long'])
@@ -164,12 +175,14 @@ def eval_lines(record, k, problems, samples):
 # the guards: what the log shows going wrong, said once in words with the knob that changes it
 
 class Guards:
-    """Each step's record goes through check, which keeps the state a guard needs across steps
-    (the degenerate steps in a row, the first step's rollout_mismatch)."""
+    """Each step's record goes through check, each eval's through check_eval; they keep the state a
+    guard needs across steps (the degenerate steps in a row, the first step's rollout_mismatch, the
+    training means since the last eval and those of the eval before)."""
 
     def __init__(self, cfg):
         self.cfg = cfg  # the run's config (the thresholds and the knobs the messages name)
         self.said, self.degenerate_steps, self.first_mismatch = set(), 0, None
+        self.window, self.last_eval = {}, None  # sums since the last eval; (accuracy, means) at it
 
     def check(self, record, verified):
         """{name: message} of the guards this record trips, each also logged as guard/<name> = 1;
@@ -199,10 +212,51 @@ class Guards:
              f"{c['stop_mismatch']}): the sampler no longer follows the trainer; is the weight sync "
              f"(rollout.sync_weights) working?"),
         ]
+        if 'reward' in record:  # (not a skipped step) the means the eval's guards compare
+            self.window['steps'] = self.window.get('steps', 0) + 1
+            for key in ('reward/task', 'completion_len', 'reward/shaping_share'):
+                self.window[key] = self.window.get(key, 0.0) + record.get(key, 0.0)
+        return self.trip(record, guards)
+
+    def check_eval(self, record):
+        """The reward-hacking guards, at an eval: over the steps since the previous eval, against
+        the steps before it. The task reward rose (or the answers grew longer) while the held-out
+        accuracy did not, or the shaping terms moved the advantages more than the task reward."""
+        c, window, self.window = self.cfg, self.window, {}
+        steps = window.get('steps', 0)
+        means = {k: v / steps for k, v in window.items()} if steps else None
+        accuracy = record['eval/accuracy']
+        previous, self.last_eval = self.last_eval, (accuracy, means)
+        if means is None:
+            return {}
+        guards = [('shaping', means['reward/shaping_share'] > 0.5,
+                   f"the shaping terms made {means['reward/shaping_share']:.0%} of the reward's "
+                   f"variance within groups over the last {steps:.0f} steps: they, not the task, "
+                   f"decide the advantages (lower format_coef / length_reward_coef, "
+                   f"overlong_buffer)")]
+        if previous is not None and previous[1] is not None:
+            last_accuracy, last = previous
+            flat = accuracy <= last_accuracy
+            reward_rise = means['reward/task'] - last['reward/task']
+            length_rise = means['completion_len'] / max(last['completion_len'], 1e-9) - 1
+            guards += [
+                ('reward_gap', flat and reward_rise > c['warn_reward_gap'] > 0,
+                 f"the task reward rose by {reward_rise:.2f} since the last eval while the "
+                 f"held-out accuracy went {last_accuracy:.3f} -> {accuracy:.3f}: the policy may be "
+                 f"fitting the reward or the training prompts, not the task (read samples.jsonl)"),
+                ('length_gap', flat and length_rise > c['warn_length_rise'] > 0,
+                 f"the answers grew {length_rise:.0%} longer since the last eval while the "
+                 f"held-out accuracy went {last_accuracy:.3f} -> {accuracy:.3f}: length without "
+                 f"skill (a length bias of the loss, or of the reward)")]
+        return self.trip(record, guards)
+
+    def trip(self, record, guards):
+        """{name: message} of the (name, trips, message) that trip, each logged as guard/<name> =
+        1 in record and said once (rank 0), except 'sync': the caller stops the run with it."""
         tripped = {name: message for name, trips, message in guards if trips}
         for name, message in tripped.items():
             record[f'guard/{name}'] = 1
-            if name != 'sync' and name not in self.said and c['master']:
+            if name != 'sync' and name not in self.said and self.cfg['master']:
                 tqdm.write(f"warning, step {record['step']}: {message}")
             self.said.add(name)
         return tripped

@@ -386,6 +386,21 @@ def kimi_length_reward(lengths, correct, group_size):
     return rewards
 
 
+def control_verdicts(control, samples, other_answers, group_size, score, rng):
+    """The reward-integrity controls: the verdicts a trainer sees instead of the verifier's, in an
+    arm that a recipe's gain must beat (spurious rewards, Shao et al. 2025: random rewards raised
+    Qwen2.5-Math by up to 21 points, Llama and OLMo by about 0). samples: the rollout's, with the
+    verifier's 'correct'; other_answers: one per group, another prompt's reference answer.
+      'random'    a coin per answer that comes up right with the verdicts' own success rate: the
+                  advantages keep their statistics (groups agree as often, on average), and the
+                  coins depend on nothing but that rate (rng: a random.Random)
+      'shuffled'  each answer scored (score: the task's verifier) against another prompt's answer"""
+    if control == 'random':
+        rate = sum(c > 0 for c in samples['correct']) / max(len(samples['correct']), 1)
+        return [float(rng.random() < rate) for _ in samples['correct']]
+    return [score(c, other_answers[i // group_size]) for i, c in enumerate(samples['completions'])]
+
+
 # ----------------------------------------------------------------------------
 # Running a verifier inside a training run: one bad completion must not end the run.
 

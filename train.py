@@ -38,13 +38,15 @@ from tqdm import tqdm
 from checkpoint import (load_optimizers, load_trainer_state, read_checkpoint_meta, restore_rng,
                         resume_problem, save_run)
 from critic import critic_advantages, critic_update
+from curriculum import Curriculum
 from lora import adapters_off, add_lora, load_adapter, merged_weights
 from losses import LOSS_HP, VARIANTS, group_advantages, policy_loss
 from model import (Scorer, backward_pass, clip_grad_norm, completion_values, load_critic,
                    load_model, micro_batches, native_bf16, round_ties, wrap)
 from report import (Guards, RunLog, abort_line, bad_step_line, batch_stats, eval_lines, eval_record,
                     rank_numbers, sampling_record, step_line, step_record, step_sums, summary)
-from rewards import TASKS, eval_sums, kimi_length_reward, load_rows, overlong_penalty, safe_score
+from rewards import (TASKS, control_verdicts, eval_sums, kimi_length_reward, load_rows,
+                     overlong_penalty, safe_score)
 from rollout import (dynamic_sample, encode_prompts, generate, init_engine, make_batch,
                      round_counts, shutdown, sleep, sync_weights)
 
@@ -68,6 +70,10 @@ length_reward_warmup = 0
 max_bad_rows = 100            # malformed data rows are reported and skipped; more than this aborts
 max_prompt_len = 1024         # prompts longer than this (in tokens) are skipped at load time
 reward_timeout = 5.0          # seconds one reward call may take; a timeout or an exception scores 0
+# the reward-integrity control, an arm a real gain must beat (spurious rewards, Shao et al. 2025):
+# 'random' (each answer's verdict a coin with its samples' true success rate: the same advantage
+# statistics, no signal) | 'shuffled' (each prompt scored against another prompt's answer) | 'none'
+reward_control = 'none'
 # rollout
 rollout_engine = 'vllm'       # 'vllm' (colocated engine) or 'hf' (plain generate, the fallback)
 prompts_per_step = 8          # distinct prompts per step
@@ -80,6 +86,10 @@ dynamic_sampling = False      # DAPO: drop groups whose answers all agree, sampl
 oversample = 1.5              # dynamic sampling: each round samples this x the missing groups
 max_gen_batches = 10          # dynamic sampling: at most this many rounds per step (0: unlimited)
 mask_truncated = False        # DAPO overlong filtering: no loss on completions cut at the limit
+# pass-rate curriculum (curriculum.py): a prompt whose groups were all right (or all wrong) in this
+# many of its steps in a row is passed over for curriculum_cooldown steps (0: off)
+curriculum_window = 0
+curriculum_cooldown = 50
 vllm_gpu_memory_utilization = 0.3  # GPU memory for vLLM (CPU: VLLM_CPU_KVCACHE_SPACE GiB)
 vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
 vllm_sleep = True             # GPU only: vLLM frees its KV cache while the trainer runs
@@ -155,6 +165,10 @@ max_bad_steps = 5
 warn_truncated = 0.5          # more than this fraction of a step's answers cut at max_new_tokens
 warn_degenerate_steps = 5     # every group's answers agreed (no gradient) this many steps in a row
 warn_mismatch = 3.0           # rollout_mismatch above this x the run's first step's (0: off)
+# reward hacking, checked at each eval over the steps since the last one: the task reward rose by
+# more than this while the held-out accuracy did not rise (0: off) ...
+warn_reward_gap = 0.1
+warn_length_rise = 0.5        # ... lengths grew by more than this fraction while it did not (0: off)
 # stop (with a checkpoint) when rollout_mismatch is above this x the first step's: the sampler no
 # longer follows the trainer, as when the weight sync stopped working (0: never)
 stop_mismatch = 10.0
@@ -272,9 +286,14 @@ engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vll
                      dtype=dtype)  # the trainer's body dtype: the sampler is the policy trained
 
 def reduce_sum(x):
-    """x summed over ranks (a number or a dict of numbers with the same keys on every rank)."""
+    """x summed over ranks (a number, a CPU tensor, or a dict of numbers with the same keys on every
+    rank)."""
     if not ddp:
         return x
+    if torch.is_tensor(x):
+        summed = x.to(device)  # (NCCL reduces GPU tensors only)
+        dist.all_reduce(summed)
+        return summed.cpu()
     keys = sorted(x) if isinstance(x, dict) else None
     values = [float(x[k]) for k in keys] if keys else [float(x)]
     t = torch.tensor(values, dtype=torch.float64, device=device)
@@ -308,19 +327,30 @@ for name, rows in [('train', train_rows), ('test', test_rows)]:
     rows[:] = kept
 if max_iters > 0 and not train_rows:
     config_error(f"no training prompt fits in max_prompt_len={max_prompt_len} tokens")
+for i, row in enumerate(train_rows):
+    row['index'] = i  # the curriculum's and the shuffled control's handle on a row
 train_order = list(range(len(train_rows)))
 random.Random(seed).shuffle(train_order)  # one fixed order; data_cursor is the position in it
 # prompts consumed so far (saved in checkpoints)
 data_cursor = state['data_cursor'] if resume else 0
+curriculum = None
+if curriculum_window:  # the same state on every rank; a resume continues it
+    curriculum = Curriculum(train_rows, curriculum_window, curriculum_cooldown)
+    if resume and state.get('curriculum'):
+        curriculum.load_state_dict(state['curriculum'])
 # this rank's completions verified, and of them those whose verifier raised or timed out (scored 0)
 verified = {'completions': 0, 'errors': 0}
 
 def next_rows(n):
-    """n rows for this rank: its share of the next n * world_size rows of the global order."""
+    """n rows for this rank: its share of the next n * world_size rows of the global order, less
+    those the curriculum passes over (every rank walks the same order with the same state)."""
     global data_cursor
-    positions = [data_cursor + j * world_size + rank for j in range(n)]
-    data_cursor += n * world_size
-    return [train_rows[train_order[p % len(train_rows)]] for p in positions]
+    if curriculum:
+        indices, data_cursor = curriculum.walk(train_order, data_cursor, n * world_size)
+    else:
+        indices = [train_order[(data_cursor + j) % len(train_rows)] for j in range(n * world_size)]
+        data_cursor += n * world_size
+    return [train_rows[i] for i in indices[rank::world_size]]
 
 def verify(completion, answer):
     """The task verifier's score of one completion (rewards.safe_score: an exception or a timeout
@@ -346,17 +376,30 @@ def rollout(rows, G):
     samples['correct'] = [verify(c, a) for c, a in zip(samples['completions'], samples['answer'])]
     return samples
 
+def train_rollout(rows):
+    """rollout() of training rows, G samples each. With reward_control, the verdicts the trainer
+    rewards are the control's (the verifier's are kept as 'true_correct', for the log); the
+    curriculum records each group's verdicts."""
+    samples = rollout(rows, group_size)
+    if reward_control != 'none':  # 'shuffled': the answer of the next row of the data
+        others = [train_rows[(row['index'] + 1) % len(train_rows)]['answer'] for row in rows]
+        coin = random.Random(seed * 1_000_003 + data_cursor * world_size + rank)  # ('random')
+        verdicts = control_verdicts(reward_control, samples, others, group_size, verify, coin)
+        samples['true_correct'], samples['correct'] = samples['correct'], verdicts
+    if curriculum:
+        curriculum.observe([row['index'] for row in rows], samples['correct'], group_size)
+    return samples
+
 def sample(step):
     """This rank's share of the step's prompts, G samples each (DAPO's dynamic sampling: only groups
     whose answers disagree, sampled until there are prompts_per_step of them), padded once into the
     batch. Returns the batch (None: this or another rank has no live group, every rank skips the
     update) and the sampling record."""
     if dynamic_sampling:
-        samples, counts = dynamic_sample(next_rows, lambda rows: rollout(rows, group_size),
-                                         prompts_per_step, group_size, oversample, max_gen_batches,
-                                         reduce_sum, world_size)
+        samples, counts = dynamic_sample(next_rows, train_rollout, prompts_per_step, group_size,
+                                         oversample, max_gen_batches, reduce_sum, world_size)
     else:
-        samples = rollout(next_rows(prompts_per_step // world_size), group_size)
+        samples = train_rollout(next_rows(prompts_per_step // world_size))
         counts = round_counts(samples['correct'], group_size)[0]  # degenerate: teaches nothing
     counts = reduce_sum(counts)
     if dynamic_sampling and counts['groups_live'] < prompts_per_step and master:
@@ -364,6 +407,9 @@ def sample(step):
                    f"{counts['gen_rounds']:.0f} rounds (max_gen_batches={max_gen_batches}); "
                    f"training on those")
     record = sampling_record(counts, world_size)
+    if curriculum:  # every rank's groups into the state, then its numbers
+        curriculum.end_step(reduce_sum)
+        record.update(curriculum.stats())
     if reduce_sum(int(samples is None)):
         return None, record
     return make_batch(samples, tokenizer.pad_token_id), record
@@ -511,6 +557,7 @@ def log_eval(step):
         samples = rollout(test_rows[rank::world_size], eval_samples)
     sums = reduce_sum(eval_sums(samples, eval_samples, task.answer))
     record = {'step': step, **eval_record(sums), 'eval/seconds': time.time() - t0}
+    guards.check_eval(record)  # the reward-hacking guards: the training means against this eval
     run_log.record(record)
     if master:
         tqdm.write('\n'.join(eval_lines(record, eval_samples, len(test_rows), samples)))
@@ -519,7 +566,8 @@ def save(steps_done):
     """Every rank: a checkpoint after steps_done optimizer steps (checkpoint.save_run)."""
     save_run(ckpt_dir, model, tokenizer, optimizers, {
         'step': steps_done, 'model_source': model_source, 'config': config,
-        'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor},
+        'world': {'world_size': world_size, 'fsdp': fsdp}, 'data_cursor': data_cursor,
+        'curriculum': curriculum.state_dict() if curriculum else None},
         device, critic=critic, lora_base=model_source if lora_rank else None)
 
 # SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, save, exit
@@ -597,7 +645,7 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
             sync_weights(engine, model, moved)
         # every sum of the step over ranks, in one reduction, and the record of their means
         sums.update(step_sums(batch, reward_parts, lengths, trained, mbs, body_tokens, verified,
-                              group_size if critic is not None else None))
+                              group_size, critic=critic is not None))
         totals = reduce_sum(sums)
         record = step_record(step, totals, update, sample_record, num_iterations,
                              rank_numbers(batch, seconds, pad_frac, device))

@@ -43,6 +43,7 @@ BAD = [
                           "underflow to 0): use 'bfloat16' where the hardware has it, else 'float32'"),
     (["--dtype=fp32"], "dtype='fp32'; valid: auto, float32, bfloat16"),
     (["--lora_alpha=16"], "lora_alpha=16.0 is set but lora_rank=0 (LoRA off): set lora_rank too"),
+    (["--reward_control=coin"], "reward_control='coin'; valid: none, random, shuffled"),
 ]
 
 
@@ -88,6 +89,8 @@ RANGES = [
     ("--warn_truncated=1.5", "in [0, 1]"), ("--warn_degenerate_steps=-1", ">= 0"),
     ("--warn_mismatch=-1.0", ">= 0"), ("--stop_mismatch=-1.0", ">= 0"),
     ("--lora_rank=-1", ">= 0"), ("--lora_alpha=0.0", "> 0"),
+    ("--curriculum_window=-1", ">= 0"), ("--curriculum_cooldown=-1", ">= 0"),
+    ("--warn_reward_gap=-0.1", ">= 0"), ("--warn_length_rise=-0.5", ">= 0"),
 ]
 NO_MODEL = "--init_from=tests"  # any folder passes the checks: they load nothing
 # values at the edge of a range, or meaningful though unusual: accepted

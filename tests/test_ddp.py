@@ -55,11 +55,11 @@ def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale
     assert torch.allclose(result["loaded_state"], result["whole_state"], atol=1e-6)
 
 
-def rank_1_all_wrong(tmp_path):
-    """A data folder where rank 1 gets only prompts whose answer no completion can match (all
-    groups all-wrong)."""
+def rank_1_all_wrong(tmp_path, n_rows=40):
+    """A data folder of n_rows prompts where rank 1 gets only prompts whose answer no completion
+    can match (all groups all-wrong), as long as each position of the order holds one prompt."""
     rows = [json.loads(line)
-            for line in open(os.path.join(ROOT, "data", "arithmetic", "train.jsonl"))][:40]
+            for line in open(os.path.join(ROOT, "data", "arithmetic", "train.jsonl"))][:n_rows]
     order = list(range(len(rows)))
     random.Random(0).shuffle(order)           # train.py's order for seed=0
     for position, index in enumerate(order):  # rank r takes positions r, r + 2, ... of the order
@@ -89,24 +89,28 @@ def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp
         assert r["skipped"] == 1 and r["gen_rounds"] == 2
 
 
-def test_skip_zero_adv_when_one_rank_has_no_live_group(tmp_path):
-    """Without dynamic sampling, rank 1's groups all have advantage 0: skip_zero_adv leaves it one
-    group (zero gradient) so that its backward meets rank 0's in DDP's all-reduce; the steps finish,
-    fewer rows trained. Rank 0's answers score by the parity of their length, whatever the model
-    samples: a group of 8 agrees with probability 1/128."""
-    data = rank_1_all_wrong(tmp_path)
+def test_skip_zero_adv_and_the_curriculum_when_one_rank_has_no_live_group(tmp_path):
+    """4 prompts, 2 a rank a step. Step 1: without dynamic sampling, rank 1's groups all have
+    advantage 0: skip_zero_adv leaves it one group (zero gradient) so that its backward meets rank
+    0's in DDP's all-reduce; the step finishes, fewer rows trained. Rank 0's answers score by the
+    parity of their length, whatever the model samples: a group of 8 agrees with probability 1/128.
+    Step 2: the curriculum (window 1) passes over rank 1's two all-wrong prompts on both ranks, so
+    both walk the same order: positions 5, 7 and 9 passed over, rank 0's prompts shared out to
+    both ranks. Had rank 0 not summed rank 1's groups into its state it would pass over none of
+    them (at most its own two, if a group of 8 agreed), and the ranks would take other prompts."""
+    data = rank_1_all_wrong(tmp_path, n_rows=4)
     parity = parity_reward(tmp_path, never="-12345")
     out_dir = str(tmp_path / "run")
     torchrun("train.py", "config/cpu_demo.py", parity, f"--out_dir={out_dir}",
-             f"--data_dir={data}",
+             f"--data_dir={data}", "--curriculum_window=1",
              "--rollout_engine=hf", "--prompts_per_step=4", "--group_size=8", "--max_new_tokens=16",
              "--eval_interval=0", "--ckpt_interval=-1", "--max_iters=2", timeout=600)
-    steps = records(out_dir)
-    assert [r["step"] for r in steps] == [1, 2]
-    # rank 0 had a live group: a real gradient
-    assert any(r["reward"] > 0 and r["grad_norm"] > 0 for r in steps)
-    for r in steps:  # rank 1 trains 1 of its 2 groups: at most 3 of the 4 groups in all
-        assert "skipped" not in r and r["trained_frac"] < 1
+    first, second = records(out_dir)
+    # rank 0 had a live group: a real gradient; rank 1 trains 1 of its 2 groups: at most 3 of 4
+    assert first["reward"] > 0 and first["grad_norm"] > 0 and first["trained_frac"] < 1
+    assert first["curriculum/skipped"] == 0 and first["curriculum/pass_rate_0"] >= 0.5
+    assert first["curriculum/cooling"] >= 2 and first["curriculum/sampled_frac"] == 1
+    assert second["curriculum/skipped"] >= 3 and "skipped" not in second
 
 def two_nodes(tmp_path, *args, timeout=900):
     """torchrun on two "nodes" of one rank each: two launchers on this machine, as two machines

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import DTYPES, ROOT, SMALL_MODEL_DIR
+from conftest import DTYPES, ROOT, SMALL_MODEL_DIR, parity_reward
 
 TINY_HF = ["config/cpu_demo.py", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
            "--micro_batch_size=4", "--rollout_engine=hf", "--eval_interval=0", "--max_iters=6",
@@ -79,10 +79,21 @@ def test_resume_after_sigkill_or_a_stop_continues_the_same_run(tmp_path, dtype):
     gradient. Not bit for bit: fp32 CPU kernels are not bit-deterministic run to run
     (multithreaded reductions), and 4 steps at lr 1e-3 grow that noise (grad_norm 1.1e-5 relative
     apart at step 4, seen once in 4 runs), while a resume that lost the optimizer state or an RNG
-    changes these numbers by percents (the eval's: 19 % of step 3's loss in bf16)."""
+    changes these numbers by percents (the eval's: 19 % of step 3's loss in bf16).
+    The curriculum's state too: 4 prompts, two of them never right (the verifier is the parity of
+    the answer's length, conftest.parity_reward), all 4 sampled by step 2; with window 1 the two
+    cool down, and steps 3-4 pass over them. A resume without that state would sample them."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+             "answer": "-12345" if i % 2 else str(2 * i)} for i in range(4)]
+    for split in ("train", "test"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     # evals at 0, 3 and 4 (the end); a run stopped at max_iters=2 has one more, at 2
     common = [f"--dtype={dtype}", "--max_iters=4", "--eval_interval=3", "--eval_problems=2",
-              "--eval_samples=2", "--entropy_coef=0.01", "--learning_rate=1e-3"]
+              "--eval_samples=2", "--entropy_coef=0.01", "--learning_rate=1e-3",
+              f"--data_dir={data}", parity_reward(tmp_path, never="-12345"),
+              "--curriculum_window=1"]
     full, killed, stopped = (str(tmp_path / name) for name in ("full", "killed", "stopped"))
     run(f"--out_dir={full}", "--ckpt_interval=-1", *common)  # the reference: its log only
     resumed = [stopped] + ([killed] if dtype == "float32" else [])
@@ -96,6 +107,9 @@ def test_resume_after_sigkill_or_a_stop_continues_the_same_run(tmp_path, dtype):
         assert "resumed from" in result.stdout and "at step 2" in result.stdout
     a = steps(full)
     assert all(a[step]["grad_norm"] > 0 for step in a)
+    # each never-right prompt's next visit (positions 4-7) is passed over
+    assert a[2]["curriculum/cooling"] >= 2
+    assert a[3]["curriculum/skipped"] + a[4]["curriculum/skipped"] >= 2
     for out_dir in resumed:
         b = steps(out_dir)
         assert sorted(b) == [1, 2, 3, 4]

@@ -12,6 +12,8 @@ b + a, so if {a, b} is held out, neither "a + b" nor "b + a" is a training promp
 then measures the skill, not recall of the training prompts (or of their mirror images).
 
     python data/arithmetic/prepare.py [--min_operand=1 --max_operand=20 --num_test=100 --seed=0]
+    python data/arithmetic/prepare.py --min_operand=10 --max_operand=99 --num_test=200 \
+        --out_dir=data/arithmetic_2digit      # the harder task of config/cpu_hard.py
 """
 import json
 import os
@@ -23,11 +25,12 @@ max_operand = 20     # largest operand
 num_test = 100       # held-out problems: distinct unordered pairs, in training in neither order
 num_train = 5000     # training rows, sampled with replacement from the remaining ordered pairs
 seed = 0
+out_dir = os.path.dirname(os.path.abspath(__file__))  # where train.jsonl and test.jsonl go
 for arg in sys.argv[1:]:
     key, _, val = arg.lstrip('-').partition('=')
-    if key not in ('min_operand', 'max_operand', 'num_test', 'num_train', 'seed'):
+    if key not in ('min_operand', 'max_operand', 'num_test', 'num_train', 'seed', 'out_dir'):
         sys.exit(f"unknown argument {arg!r}")
-    globals()[key] = int(val)
+    globals()[key] = val if key == 'out_dir' else int(val)
 
 TEMPLATE = "What is {a} + {b}? Reply with only the number."
 
@@ -47,7 +50,7 @@ rng.shuffle(unordered)
 held_out = set(unordered[:num_test])
 test_pairs = [(a, b) if rng.random() < 0.5 else (b, a) for a, b in unordered[:num_test]]
 train_pairs = [(a, b) for a in operands for b in operands if (min(a, b), max(a, b)) not in held_out]
-out_dir = os.path.dirname(os.path.abspath(__file__))
+os.makedirs(out_dir, exist_ok=True)
 for split, rows in [("test", [row(a, b) for a, b in test_pairs]),
                     ("train", [row(*rng.choice(train_pairs)) for _ in range(num_train)])]:
     path = os.path.join(out_dir, f"{split}.jsonl")

@@ -1,0 +1,246 @@
+"""
+The lab: the seed's claims about the diseases of naive GRPO and their cures, each measured as a
+named study. A study is a claim, its prediction (written here before any run), arms x seeds of
+train.py on a task where the claim can show (run by compare.py), and a page in docs/lab/ with the
+plots and a verdict by plot.py's seed-spread rule.
+
+    python lab.py --list                          # the studies, their claims and arms
+    python lab.py --study=clip_higher             # run what is missing, then write its page
+    python lab.py --study=clip_higher --report    # only the page, from the runs there are
+
+Every study has a control arm: its baseline trained on the random reward (reward_control='random':
+coins with the true success rate, the same advantage statistics and no signal; spurious rewards,
+Shao et al. 2025). A gain means something only beside it, so it is on every plot.
+
+Verdicts: 'reproduced' when the arm differs from the baseline in the predicted direction by more
+than their seed spreads added (|mean_a - mean_b| > std_a + std_b over >= 2 seeds each), 'not
+reproduced' when it does not (the difference named, either way), 'inconclusive' when a run is
+missing or unfinished. Time is the sum of the logged stage and eval seconds (start-up, ~40 s a
+run here, left out).
+"""
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import plot
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+# the 2-digit addition task, where GRPO plateaus and swings; how to make its data
+HARD = 'config/cpu_hard.py'
+TWO_DIGITS = ['data/arithmetic/prepare.py', '--min_operand=10', '--max_operand=99',
+              '--num_test=200']
+PREPARE = {'data/arithmetic_2digit': TWO_DIGITS + ['--out_dir=data/arithmetic_2digit'],
+           # 200 training rows (the same held-out pairs): every prompt comes back every 25 steps
+           'data/arithmetic_2digit_200': TWO_DIGITS + ['--num_train=200',
+                                                       '--out_dir=data/arithmetic_2digit_200']}
+CONTROL = {'reward_control': 'random'}
+
+# name -> claim, prediction, config (the task), steps, common (overrides of every arm), the arms
+# (the config's overrides; the control arm is added: the baseline's with CONTROL) and the
+# verdicts: (arm, against, metric, direction)
+STUDIES = {
+    'spurious_rewards': dict(
+        claim="Spurious rewards (Shao et al. 2025): RLVR with random rewards raised Qwen2.5-Math's "
+              "MATH-500 accuracy by up to 21 points (it elicits a skill the pretraining put "
+              "there), while Llama and OLMo models gained about nothing: a recipe's gain is "
+              "evidence only beside the random reward's.",
+        prediction="SmolLM2-135M (a Llama-architecture model) gains far less from the random "
+                   "reward than from the real one: grpo's held-out accuracy at step 40 is higher "
+                   "than random_reward's, beyond the seed spread; random_reward's gain is near 0.",
+        config=HARD, steps=40, baseline='grpo', arms={'grpo': {}},
+        verdicts=[('grpo', 'random_reward', 'eval/accuracy', 'higher')]),
+    'clip_higher': dict(
+        claim="Entropy collapse -> Clip-Higher (DAPO sec. 3.1): with a symmetric clip a token of "
+              "low probability can rise by at most 1 + eps per update, so exploration dies out; "
+              "raising the upper bound (eps_high 0.28 > eps_low 0.2) keeps the entropy up. The "
+              "clip binds only off-policy: with num_iterations=1 the ratio is 1 and both arms "
+              "are the same run, so both take 2 passes over each batch.",
+        prediction="clip_higher's entropy over the last 3 steps is higher than grpo's, beyond the "
+                   "seed spread, and its upper clip fraction is lower; its held-out accuracy is "
+                   "no lower. Both beat the random reward's held-out gain.",
+        config=HARD, steps=40, baseline='grpo',
+        arms={'grpo': {'num_iterations': 2},
+              'clip_higher': {'num_iterations': 2, 'eps_high': 0.28}},
+        verdicts=[('clip_higher', 'grpo', 'entropy', 'higher'),
+                  ('clip_higher', 'grpo', 'loss/clip_frac_high', 'lower'),
+                  ('clip_higher', 'grpo', 'eval/accuracy', 'not lower')]),
+    'degenerate_groups': dict(
+        claim="Degenerate groups -> dynamic sampling (DAPO sec. 3.2): a group whose answers all "
+              "agree has no gradient; sampling more until every group disagrees fills each step "
+              "with gradient. The pass-rate curriculum (prime-rl, open-instruct) skips prompts "
+              "that were all right or all wrong before sampling them, which costs no rollout. "
+              "It acts when prompts come back: 200 training prompts, each every 25 steps.",
+        prediction="dynamic's held-out accuracy per step is higher than grpo's, but per second of "
+                   "wall time it is not (it samples ~2x more); the curriculum trains a larger "
+                   "fraction of its rows than grpo at the same cost per step.",
+        config=HARD, steps=60, baseline='grpo', common={'data_dir': 'data/arithmetic_2digit_200'},
+        arms={'grpo': {}, 'dynamic': {'dynamic_sampling': True},
+              'curriculum': {'curriculum_window': 1, 'curriculum_cooldown': 50}},
+        verdicts=[('dynamic', 'grpo', 'eval/accuracy', 'higher'),
+                  ('curriculum', 'grpo', 'trained_frac', 'higher'),
+                  ('curriculum', 'grpo', 'eval/accuracy', 'not lower')]),
+    'cispo': dict(
+        claim="CISPO (MiniMax-M1): clipping the IS weight, not the update, keeps the gradient of "
+              "the rare 'fork' tokens that PPO's clip drops; MiniMax reports DAPO's accuracy in "
+              "about half the steps.",
+        prediction="cispo's held-out accuracy at step 20 is higher than dapo's, beyond the seed "
+                   "spread.",
+        config=HARD, steps=20, baseline='dapo',
+        arms={'dapo': {'loss_type': 'dapo', 'eps_high': 0.28}, 'cispo': {'loss_type': 'cispo'}},
+        verdicts=[('cispo', 'dapo', 'eval/accuracy', 'higher')]),
+}
+
+
+def arm_file(out, name, overrides):
+    """The arm as a config file (compare.py names the runs by it): the overrides, one a line."""
+    path = os.path.join(out, 'arms', f'{name}.py')
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+        f.write(f"# lab.py arm {name!r}: the study's config with these\n")
+        f.writelines(f"{k} = {v!r}\n" for k, v in overrides.items())
+    return path
+
+
+def elapsed_series(records, key):
+    """(seconds, value) of key at each record that has it; seconds: the logged stage and eval
+    seconds summed up to that record."""
+    out, seconds = [], 0.0
+    for r in records:
+        seconds += sum(r.get(k, 0.0) for k in ('rollout_seconds', 'score_seconds', 'train_seconds',
+                                                'sync_seconds', 'eval/seconds'))
+        if plot.is_number(r.get(key)):
+            out.append((seconds, r[key]))
+    return out
+
+
+def verdict(stats, arm, baseline, key, direction):
+    """One claim's verdict line by the seed-spread rule (the module docstring)."""
+    a, b = stats.get(arm, {}).get(key), stats.get(baseline, {}).get(key)
+    if a is None or b is None or min(a[2], b[2]) < 2:
+        return f"- {arm} vs {baseline}, {key} {direction}: **inconclusive** (fewer than 2 seeds)"
+    diff, spread = a[0] - b[0], a[1] + b[1]
+    wanted = {'higher': diff > spread, 'lower': -diff > spread, 'not lower': -diff <= spread}
+    beyond = abs(diff) > spread
+    word = 'reproduced' if wanted[direction] else 'not reproduced'
+    return (f"- {arm} vs {baseline}, {key} {direction}: **{word}**: {a[0]:.4g} ± {a[1]:.2g} vs "
+            f"{b[0]:.4g} ± {b[1]:.2g} (difference {diff:+.3g}, spread {spread:.3g}: "
+            f"{'beyond' if beyond else 'within'} it)")
+
+
+def gain_line(runs, arm):
+    """An arm's held-out gain (last eval - the eval at step 0), mean ± std over seeds."""
+    gains = []
+    for records in runs.get(arm, {}).values():
+        acc = [v for _, v in plot.series(records, 'eval/accuracy')]
+        if len(acc) >= 2:
+            gains.append(acc[-1] - acc[0])
+    if not gains:
+        return f"- {arm}: no finished eval"
+    std = statistics.stdev(gains) if len(gains) > 1 else 0.0
+    return f"- {arm}: {statistics.mean(gains):+.3f} ± {std:.3f} ({len(gains)} seeds)"
+
+
+def time_figure(runs, path):
+    """Held-out accuracy against wall time, mean over seeds at each eval, one line per arm."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for color, (arm, by_run) in zip(plt.cm.tab10.colors, runs.items()):
+        series = [elapsed_series(records, 'eval/accuracy') for records in by_run.values()]
+        n = min(map(len, series))
+        if n:
+            ax.plot([statistics.mean(s[i][0] for s in series) / 60 for i in range(n)],
+                    [statistics.mean(s[i][1] for s in series) for i in range(n)], 'o-',
+                    color=color, label=f'{arm} ({len(series)} seeds)')
+    ax.set(xlabel='minutes (stage + eval seconds, mean over seeds)', ylabel='eval/accuracy',
+           title='held-out accuracy against wall time')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def report(name, study, run_dirs, docs, command):
+    """docs/lab/<name>.md and its figures, from the runs' logs as far as they go."""
+    runs = plot.load_runs(run_dirs)
+    figures = os.path.join(docs, name)
+    os.makedirs(figures, exist_ok=True)
+    drawn = [key for key in ('eval_accuracy', 'entropy', 'clip_frac', 'degenerate_frac',
+                             'completion_len', 'cov_logp_adv')
+             if plot.plot_figure(runs, key, plot.with_prefixed(plot.FIGURES[key], runs),
+                                 os.path.join(figures, f'{key}.png'))]
+    time_figure(runs, os.path.join(figures, 'eval_accuracy_time.png'))
+    keys = plot.with_prefixed(plot.SUMMARY + ['trained_frac', 'loss/clip_frac_high'], runs)
+    stats = plot.final_metrics(runs, keys)
+    evals = [[r for r in rs if 'eval/accuracy' in r][-1] for by_run in runs.values()
+             for rs in by_run.values() if any('eval/accuracy' in r for r in rs)]  # the last ones
+    scope = {}
+    exec(open(study['config']).read(), scope)  # the config's eval size
+    problems, k = scope['eval_problems'], scope['eval_samples']
+    p = statistics.mean(r['eval/accuracy'] for r in evals) if evals else 0.5
+    seconds = sum(elapsed_series(rs, 'step')[-1][0] for by_run in runs.values()
+                  for rs in by_run.values() if elapsed_series(rs, 'step'))
+    lines = [
+        f"# Lab: {name}", '', f"**Claim.** {study['claim']}", '',
+        f"**Prediction** (written before the runs). {study['prediction']}", '',
+        f"**Runs.** `{command}`: arms {', '.join(runs)}, seeds per arm "
+        f"{', '.join(f'{a} {len(r)}' for a, r in runs.items())}; {study['steps']} steps each; "
+        f"{study['config']} with {study.get('common', {})} and each arm's overrides "
+        f"({', '.join(f'{a}: {o}' for a, o in {**study['arms'], 'random_reward': CONTROL}.items())})"
+        ". "
+        f"Wall time of the runs, summed: {seconds / 60:.0f} min (stage and eval seconds).", '',
+        "## Verdicts", '', *[verdict(stats, *v) for v in study['verdicts']], '',
+        "**The control**: each arm's held-out gain (last eval minus step 0's):", '',
+        *[gain_line(runs, arm) for arm in runs], '',
+        f"Noise of one held-out eval: {problems} problems x {k} samples at accuracy ~{p:.2f} give "
+        f"a binomial std of {math.sqrt(p * (1 - p) / (problems * k)):.3f} if the samples were "
+        f"independent (they are not within a problem, so that is a lower bound); the seed "
+        f"spread below holds both.", '',
+        "## Final values", '', plot.summary_table(runs).split('\n## ')[0].strip(), '',
+        "## Plots", '', *[f"![{key}]({name}/{key}.png)" for key in ['eval_accuracy_time'] + drawn],
+        '']
+    with open(os.path.join(docs, f'{name}.md'), 'w') as f:
+        f.write('\n'.join(lines))
+    return os.path.join(docs, f'{name}.md')
+
+
+if __name__ == '__main__':
+    parser = argparse.ArgumentParser(description=__doc__.strip().split('\n\n')[0])
+    parser.add_argument('--study', choices=list(STUDIES))
+    parser.add_argument('--list', action='store_true', help='the studies, their claims and arms')
+    parser.add_argument('--seeds', default='0,1,2')
+    parser.add_argument('--out', default='out/lab', help='runs go to <out>/<study>/<arm>_s<seed>')
+    parser.add_argument('--docs', default='docs/lab', help="the pages and figures go here")
+    parser.add_argument('--report', action='store_true', help='only write the page')
+    parser.add_argument('--no_control', action='store_true', help='no random-reward arm')
+    args = parser.parse_args()
+    if args.list or not args.study:
+        for name, s in STUDIES.items():
+            print(f"{name}: {s['claim']}\n  arms: {', '.join(s['arms'])} + random_reward; "
+                  f"{s['steps']} steps\n")
+        sys.exit(0)
+    study = STUDIES[args.study]
+    out = os.path.join(args.out, args.study)
+    arms = {**study['arms'], **({} if args.no_control else
+                                {'random_reward': {**study['arms'][study['baseline']], **CONTROL}})}
+    files = [arm_file(out, name, overrides) for name, overrides in arms.items()]
+    task = {'max_iters': study['steps'], 'ckpt_interval': -1, **study.get('common', {})}
+    scope = {}
+    exec(open(study['config']).read(), scope)
+    command = f"python lab.py --study={args.study} --seeds={args.seeds}"
+    if not args.report:
+        data = task.get('data_dir', scope['data_dir'])
+        if not os.path.exists(os.path.join(data, 'train.jsonl')) and data in PREPARE:
+            subprocess.run([sys.executable, *PREPARE[data]], check=True)
+        for seed in args.seeds.split(','):  # seed by seed: a partial study has every arm
+            subprocess.run([sys.executable, os.path.join(ROOT, 'compare.py'),
+                            f"--variants={','.join(files)}", f'--seeds={seed}', f'--out={out}',
+                            f"--config={study['config']}",
+                            '--', *[f'--{k}={v}' for k, v in task.items()]])
+    run_dirs = [os.path.join(out, f'{name}_s{seed}') for name in arms
+                for seed in args.seeds.split(',')]
+    page = report(args.study, study, [d for d in run_dirs if os.path.isdir(d)], args.docs, command)
+    print(f"wrote {page}")
