@@ -215,3 +215,46 @@ def test_a_reward_control_trains_on_a_reward_without_the_answers_signal(tmp_path
         assert [s['reward'] for s in mine] == expected
     evals = [r['eval/accuracy'] for r in log if 'eval/accuracy' in r]
     assert evals == [0.5, 0.5]
+
+
+def fake_run(path, evals, entropy):
+    """A run directory whose log has a step record per eval and the evals (step 10 i)."""
+    path.mkdir(parents=True)
+    with open(path / 'log.jsonl', 'w') as f:
+        for i, accuracy in enumerate(evals):
+            if i:
+                f.write(json.dumps({'step': 10 * i, 'reward': accuracy, 'entropy': entropy,
+                                    'rollout_seconds': 5.0, 'train_seconds': 5.0}) + '\n')
+            f.write(json.dumps({'step': 10 * i, 'eval/accuracy': accuracy,
+                                'eval/seconds': 30.0}) + '\n')
+
+
+def test_the_lab_page_gives_each_prediction_its_verdict_by_the_seed_spread(tmp_path):
+    """lab.report on logs with known numbers: grpo ends at 0.60 +- 0.02 over 3 seeds, its control
+    at 0.10 +- 0.02, a third arm at 0.62 +- 0.02 (within the spread: not reproduced) and a fourth
+    with one seed (inconclusive)."""
+    import lab
+    finals = {'grpo': [0.58, 0.60, 0.62], 'random_reward': [0.08, 0.10, 0.12],
+              'close': [0.60, 0.62, 0.64], 'lonely': [0.9]}
+    run_dirs = []
+    for arm, values in finals.items():
+        for seed, final in enumerate(values):
+            run_dirs.append(str(tmp_path / 'runs' / f'{arm}_s{seed}'))
+            fake_run(tmp_path / 'runs' / f'{arm}_s{seed}', [0.05, final / 2, final], entropy=0.5)
+    study = dict(claim='C.', prediction='P.', config='config/cpu_hard.py', steps=20,
+                 baseline='grpo', arms={'grpo': {}, 'close': {}, 'lonely': {}},
+                 verdicts=[('grpo', 'random_reward', 'eval/accuracy', 'higher'),
+                           ('close', 'grpo', 'eval/accuracy', 'higher'),
+                           ('close', 'grpo', 'eval/accuracy', 'not lower'),
+                           ('lonely', 'grpo', 'eval/accuracy', 'higher')])
+    page = open(lab.report('demo', study, run_dirs, str(tmp_path / 'docs'), 'cmd')).read()
+    assert ("- grpo vs random_reward, eval/accuracy higher: **reproduced**: 0.6 ± 0.02 vs "
+            "0.1 ± 0.02 (difference +0.5, spread 0.04: beyond it)") in page
+    assert "- close vs grpo, eval/accuracy higher: **not reproduced**: 0.62 ± 0.02" in page
+    assert "- close vs grpo, eval/accuracy not lower: **reproduced**" in page
+    assert "- lonely vs grpo, eval/accuracy higher: **inconclusive** (fewer than 2 seeds)" in page
+    assert "- random_reward: +0.050 ± 0.020 (3 seeds)" in page  # its gain over step 0's 0.05
+    # 10 runs x 2 windows of 10 s of stages + 3 evals of 30 s: 110 s each
+    assert "Wall time of the runs, summed: 18 min" in page
+    for figure in ('eval_accuracy_time', 'eval_accuracy', 'entropy'):
+        assert os.path.exists(tmp_path / 'docs' / 'demo' / f'{figure}.png')
