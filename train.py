@@ -337,7 +337,10 @@ curriculum = None
 if curriculum_window:  # the same state on every rank; a resume continues it
     curriculum = Curriculum(train_rows, curriculum_window, curriculum_cooldown)
     if resume and state.get('curriculum'):
-        curriculum.load_state_dict(state['curriculum'])
+        try:
+            curriculum.load_state_dict(state['curriculum'])
+        except ValueError as e:  # the data folder changed under the checkpoint
+            config_error(e)
 # this rank's completions verified, and of them those whose verifier raised or timed out (scored 0)
 verified = {'completions': 0, 'errors': 0}
 
