@@ -60,8 +60,9 @@ STUDIES = {
               "are the same run, so both take 2 passes over each batch.",
         prediction="clip_higher's entropy over the last 3 steps is higher than grpo's, beyond the "
                    "seed spread, and its upper clip fraction is lower; its held-out accuracy is "
-                   "no lower. Both beat the random reward's held-out gain.",
-        config=HARD, steps=40, baseline='grpo',
+                   "no lower. Both beat the random reward's held-out gain. (GRPO's entropy falls "
+                   "from 1.7 to 0.1 nats by step 20 on this task: 20 steps show the collapse.)",
+        config=HARD, steps=20, baseline='grpo',
         arms={'grpo': {'num_iterations': 2},
               'clip_higher': {'num_iterations': 2, 'eps_high': 0.28}},
         verdicts=[('clip_higher', 'grpo', 'entropy', 'higher'),
@@ -85,10 +86,10 @@ STUDIES = {
     'cispo': dict(
         claim="CISPO (MiniMax-M1): clipping the IS weight, not the update, keeps the gradient of "
               "the rare 'fork' tokens that PPO's clip drops; MiniMax reports DAPO's accuracy in "
-              "about half the steps.",
+              "about half the steps. Like any clip it binds only off-policy: 2 passes a batch.",
         prediction="cispo's held-out accuracy at step 20 is higher than dapo's, beyond the seed "
                    "spread.",
-        config=HARD, steps=20, baseline='dapo',
+        config=HARD, steps=20, baseline='dapo', common={'num_iterations': 2},
         arms={'dapo': {'loss_type': 'dapo', 'eps_high': 0.28}, 'cispo': {'loss_type': 'cispo'}},
         verdicts=[('cispo', 'dapo', 'eval/accuracy', 'higher')]),
 }
