@@ -62,7 +62,7 @@ STUDIES = {
                    "seed spread, and its upper clip fraction is lower; its held-out accuracy is "
                    "no lower. Both beat the random reward's held-out gain. (GRPO's entropy falls "
                    "from 1.7 to 0.1 nats by step 20 on this task: 20 steps show the collapse.)",
-        config=HARD, steps=20, baseline='grpo',
+        config=HARD, steps=20, baseline='grpo', common={'eval_interval': 20},
         arms={'grpo': {'num_iterations': 2},
               'clip_higher': {'num_iterations': 2, 'eps_high': 0.28}},
         verdicts=[('clip_higher', 'grpo', 'entropy', 'higher'),
