@@ -184,12 +184,13 @@ def report(name, study, run_dirs, docs, command):
     p = statistics.mean(r['eval/accuracy'] for r in evals) if evals else 0.5
     seconds = sum(elapsed_series(rs, 'step')[-1][0] for by_run in runs.values()
                   for rs in by_run.values() if elapsed_series(rs, 'step'))
+    common = f" with {study['common']} for every arm" if study.get('common') else ''
     lines = [
         f"# Lab: {name}", '', f"**Claim.** {study['claim']}", '',
         f"**Prediction** (written before the runs). {study['prediction']}", '',
         f"**Runs.** `{command}`: arms {', '.join(runs)}, seeds per arm "
         f"{', '.join(f'{a} {len(r)}' for a, r in runs.items())}; {study['steps']} steps each; "
-        f"{study['config']} with {study.get('common', {})} and each arm's overrides "
+        f"{study['config']}{common} and each arm's overrides "
         f"({', '.join(f'{a}: {o}' for a, o in {**study['arms'], 'random_reward': CONTROL}.items())})"
         ". "
         f"Wall time of the runs, summed: {seconds / 60:.0f} min (stage and eval seconds).", '',
