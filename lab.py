@@ -105,6 +105,13 @@ def arm_file(out, name, overrides):
     return path
 
 
+def config_values(path):
+    """The values a config file sets (it runs from the repository root, as train.py does)."""
+    scope = {}
+    exec(open(path).read(), scope)
+    return scope
+
+
 def elapsed_series(records, key):
     """(seconds, value) of key at each record that has it; seconds: the logged stage and eval
     seconds summed up to that record."""
@@ -178,12 +185,11 @@ def report(name, study, run_dirs, docs, command):
     stats = plot.final_metrics(runs, keys)
     evals = [[r for r in rs if 'eval/accuracy' in r][-1] for by_run in runs.values()
              for rs in by_run.values() if any('eval/accuracy' in r for r in rs)]  # the last ones
-    scope = {}
-    exec(open(study['config']).read(), scope)  # the config's eval size
+    scope = config_values(study['config'])  # its eval size
     problems, k = scope['eval_problems'], scope['eval_samples']
     p = statistics.mean(r['eval/accuracy'] for r in evals) if evals else 0.5
-    seconds = sum(elapsed_series(rs, 'step')[-1][0] for by_run in runs.values()
-                  for rs in by_run.values() if elapsed_series(rs, 'step'))
+    ends = [elapsed_series(rs, 'step') for by_run in runs.values() for rs in by_run.values()]
+    seconds = sum(series[-1][0] for series in ends if series)
     common = f" with {study['common']} for every arm" if study.get('common') else ''
     lines = [
         f"# Lab: {name}", '', f"**Claim.** {study['claim']}", '',
@@ -230,8 +236,7 @@ if __name__ == '__main__':
                                 {'random_reward': {**study['arms'][study['baseline']], **CONTROL}})}
     files = [arm_file(out, name, overrides) for name, overrides in arms.items()]
     task = {'max_iters': study['steps'], 'ckpt_interval': -1, **study.get('common', {})}
-    scope = {}
-    exec(open(study['config']).read(), scope)
+    scope = config_values(study['config'])
     command = f"python lab.py --study={args.study} --seeds={args.seeds}"
     if not args.report:
         data = task.get('data_dir', scope['data_dir'])
