@@ -104,6 +104,7 @@ if _help:
 # checks that fail fast with a clear message, before any model is loaded
 import losses as _losses  # noqa: E402 (the valid choices: train.py's tables)
 import rewards as _rewards  # noqa: E402
+import tools as _tools  # noqa: E402
 if dtype == 'float16':  # fp16's range: small gradients underflow to 0 without torch.amp.GradScaler
     config_error("dtype='float16' trains without a gradient scaler (small gradients underflow to 0): "
                  "use 'bfloat16' where the hardware has it, else 'float32'")
@@ -113,7 +114,8 @@ for _key, _valid in [('loss_type', _losses.LOSS_TYPES), ('reward_fn', tuple(_rew
                    ('dtype', ('auto', 'float32', 'bfloat16')), ('tis_mode', _losses.TIS_MODES),
                    ('kl_estimator', _losses.KL_ESTIMATORS), ('old_logp_source', ('policy', 'rollout')),
                    ('parallel', ('ddp', 'fsdp')),
-                   ('reward_control', ('none', 'random', 'shuffled'))]:
+                   ('reward_control', ('none', 'random', 'shuffled')),
+                   ('tool', ('', *_tools.TOOLS))]:
     if globals()[_key] not in _valid:
         config_error(f"{_key}={globals()[_key]!r}; valid: {', '.join(v for v in _valid if v)}")
 # every number's valid range, keys grouped by it (a None default may stay None). The comparisons
@@ -125,7 +127,7 @@ for _valid, _in_range, _keys in [
           'value_warmup_steps', 'lm_coef', 'learning_rate', 'weight_decay', 'grad_clip',
           'warmup_iters', 'max_iters', 'eval_interval', 'warn_degenerate_steps', 'warn_mismatch',
           'stop_mismatch', 'samples_per_step', 'lora_rank', 'curriculum_window',
-          'curriculum_cooldown', 'warn_reward_gap', 'warn_length_rise']),
+          'curriculum_cooldown', 'warn_reward_gap', 'warn_length_rise', 'max_tool_calls']),
         # oversample < 1 could never fill a step in one round
         ('>= 1', lambda v: v >= 1,
          ['max_prompt_len', 'prompts_per_step', 'max_new_tokens', 'oversample', 'num_iterations',
@@ -133,7 +135,7 @@ for _valid, _in_range, _keys in [
          + (['eval_samples', 'eval_problems'] if eval_interval else [])),
         ('> 0', lambda v: v > 0,
          ['reward_timeout', 'temperature', 'tau_pos', 'tau_neg', 'tis_cap', 'vf_clip', 'lam_alpha',
-          'lora_alpha']),
+          'lora_alpha', 'tool_timeout']),
         ('in (0, 1]', lambda v: 0 < v <= 1, ['top_p', 'vllm_gpu_memory_utilization']),
         ('in [0, 1]', lambda v: 0 <= v <= 1,
          ['clip_cov_ratio', 'kl_cov_ratio', 'gae_lambda', 'warn_truncated']),
@@ -144,6 +146,7 @@ for _valid, _in_range, _keys in [
         (f'in [0, max_new_tokens={max_new_tokens}]', lambda v: 0 <= v <= max_new_tokens,
          ['overlong_buffer']),
         (f'<= clip_cov_ub={clip_cov_ub}', lambda v: v <= clip_cov_ub, ['clip_cov_lb']),
+        (f'in [0, learning_rate={learning_rate}]', lambda v: 0 <= v <= learning_rate, ['min_lr']),
         # either sign: < 0 minimises the entropy, which is a method of its own
         ('finite', math.isfinite, ['entropy_coef'])]:
     for _key in _keys:

@@ -70,7 +70,9 @@ def critic_advantages(mbs, mode, gae_lambda, lam_alpha, beta=0.0, reduce_sum=lam
     every token of the step, all ranks' (reduce_sum sums a dict over ranks)."""
     for mb in mbs:
         mask, lengths = mb['completion_mask'], mb['completion_mask'].sum(1)
-        last = (lengths.long() - 1).clamp(min=0)[:, None]
+        # each answer's last token of the model's (a tool's tokens are 0 in the mask, and carry no
+        # action: gae passes over them)
+        last = (mask.shape[1] - 1 - mask.flip(1).argmax(1))[:, None]
         # the outcome reward on each answer's last token, 0 elsewhere
         token_rewards = torch.zeros_like(mask).scatter(1, last, mb['rewards'][:, None]) * mask
         # PPO's KL reward: -beta log(pi_old / pi_ref) on every token (instead of a KL loss)

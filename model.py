@@ -116,17 +116,21 @@ def round_ties(model, dtype, max_frac=MAX_TIE_FRAC, name='model', chunk=2**22):
 # per-token log-probs and entropy of the completion tokens
 
 def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                        temperature=1.0, autocast_dtype=None, chunk_elements=2**24, keep_elements=2**28):
+                        temperature=1.0, autocast_dtype=None, chunk_elements=2**24, keep_elements=2**28,
+                        completion_attention=None):
     """log pi(token) and the entropy of pi at every completion position, both (B, C), in fp32.
 
     The batch layout (rollout.py): prompts left-padded to P tokens, completions right-padded to C
     tokens, so every row's completion starts at column P and the hidden state at column P-1+t
     predicts completion token t. The head sees only real completion tokens, chunk_elements logits at a
     time (HeadLogprobs; 2**24 fp32 logits = 64 MB); padding positions get log-prob and entropy 0. Backward
-    recomputes the logits unless all of them fit in keep_elements (2**28 = 1 GiB): then they are kept."""
+    recomputes the logits unless all of them fit in keep_elements (2**28 = 1 GiB): then they are kept.
+    completion_attention (tool rollouts): the tokens attended to, the tool's too; the head and the
+    log-probs are still the completion_mask's (the model's) only."""
     # valid: (B, C)
     head, valid = model.get_output_embeddings(), completion_mask.bool()
-    hidden = completion_hidden(model.get_decoder(), prompt_ids, prompt_mask, completion_ids, completion_mask,
+    attention = completion_mask if completion_attention is None else completion_attention
+    hidden = completion_hidden(model.get_decoder(), prompt_ids, prompt_mask, completion_ids, attention,
                                # (N, H): only the N real completion tokens
                                autocast_dtype)[valid]
     # MiniMax-M1: the LM head in FP32, hidden state and weight both cast up before the matmul
@@ -139,7 +143,8 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     return zeros.masked_scatter(valid, logp), zeros.masked_scatter(valid, entropy)
 
 
-def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_mask, autocast_dtype=None):
+def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_attention,
+                      autocast_dtype=None):
     """The body's last hidden state at the C positions that predict the completion tokens: (B, C, H).
 
     Rows with the same prompt (a GRPO group's G answers) share one forward of it: each distinct prompt goes
@@ -149,7 +154,7 @@ def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_
     FSDP: every rank must call the body as many times (each call gathers every layer), so a sharded body
     always takes the two calls, also when no prompt is shared."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+C)
-    attention_mask = torch.cat([prompt_mask, completion_mask.long()], dim=1)       # (B, P+C)
+    attention_mask = torch.cat([prompt_mask, completion_attention.long()], dim=1)  # (B, P+C)
     # left padding must not shift positions
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     P = prompt_ids.shape[1]
@@ -249,7 +254,8 @@ class Scorer(torch.nn.Module):
 
     def forward(self, mb):
         return self.fn(self.model, mb['prompt_ids'], mb['prompt_mask'], mb['completion_ids'],
-                       mb['completion_mask'], **self.kwargs)
+                       mb['completion_mask'], completion_attention=mb.get('completion_attention'),
+                       **self.kwargs)
 
 
 def wrap(scorer, mode, local_rank=0):
@@ -295,7 +301,8 @@ def micro_batches(batch, G, micro_batch_size, max_tokens_per_micro, device, even
     the number of real tokens they put through the body and the fraction of their tokens that is
     padding."""
     prompt_len = batch['prompt_mask'].sum(1).tolist()
-    completion_len = batch['completion_mask'].sum(1).long().tolist()
+    # the tokens through the body: with a tool, the tool's too (completion_attention)
+    completion_len = batch.get('completion_attention', batch['completion_mask']).sum(1).long().tolist()
     P = batch['prompt_ids'].shape[1]
 
     def tokens(rows):
@@ -351,11 +358,12 @@ def load_critic(path):
 
 
 def completion_values(critic, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                      autocast_dtype=None):
-    """V(s_t) before each completion token, (B, C) in fp32, 0 on padding (the value head in fp32, as
-    the LM head)."""
+                      autocast_dtype=None, completion_attention=None):
+    """V(s_t) before each completion token, (B, C) in fp32, 0 on padding and on a tool's tokens (the
+    value head in fp32, as the LM head)."""
+    attention = completion_mask if completion_attention is None else completion_attention
     hidden = completion_hidden(critic.base_model, prompt_ids, prompt_mask, completion_ids,
-                               completion_mask, autocast_dtype)
+                               attention, autocast_dtype)
     with torch.autocast(hidden.device.type, enabled=False):
         values = F.linear(hidden.float(), critic.score.weight.float(), critic.score.bias).squeeze(-1)
     return values * completion_mask

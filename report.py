@@ -57,6 +57,11 @@ def step_sums(batch, reward_parts, lengths, trained, mbs, body_tokens, verified,
                   **{f'reward/{k}': v for k, v in reward_parts.items()}}
     if 'true_correct' in batch:  # reward_control: the verifier's verdicts, never seen by the trainer
         per_sample['reward/true_task'] = torch.tensor(batch['true_correct'], dtype=torch.float)
+    if 'tool_calls' in batch:  # a tool (tools.py): its calls, errors and tokens per answer
+        calls = torch.tensor(batch['tool_calls'], dtype=torch.float)
+        per_sample.update({'tool/calls': calls, 'tool/call_frac': (calls > 0).float(),
+                           'tool/errors': torch.tensor(batch['tool_errors'], dtype=torch.float),
+                           'tool/tokens': batch['completion_attention'].sum(1) - lengths})
     sums = {**{k: v.sum().item() for k, v in per_sample.items()},
             'seqs': len(lengths), 'n_correct': correct.sum().item(),
             'len_correct': lengths[correct].sum().item(), 'body_tokens': body_tokens,
@@ -91,7 +96,7 @@ def step_record(step, totals, update, sample_record, num_iterations, local):
     seqs, n_correct = totals['seqs'], totals['n_correct']
     len_wrong = totals['completion_len'] - totals['len_correct']
     per_sample = ['reward', 'completion_len', 'truncated', 'trained_frac',
-                  *(k for k in totals if k.startswith('reward/'))]
+                  *(k for k in totals if k.startswith(('reward/', 'tool/')))]
     record = {
         'step': step + 1,
         **{k: totals[k] / seqs for k in per_sample},

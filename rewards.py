@@ -5,6 +5,7 @@ Rewards: verifiers that score a completion against a row's `answer`, format chec
     TASKS[name].score(completion: str, answer) -> float      correctness: 1.0 right, 0.0 wrong
     TASKS[name].format(completion: str) -> float             1.0 if the answer is where the prompt asked
     TASKS[name].answer(completion: str) -> hashable or None  the parsed answer the verifier compares
+    parse_expression(text: str) -> Fraction                  + - * / and parentheses, parsed, capped
     pass_at_k(n, c, k), majority_correct(answers, correct)   held-out pass@k and maj@k
     overlong_penalty(length, max_len, cache_len) -> float    DAPO's soft overlong punishment
     kimi_length_reward(lengths, correct, group_size) -> list[float]    Kimi k1.5's length reward
@@ -91,6 +92,37 @@ def arithmetic_format(completion):
 
 
 # ----------------------------------------------------------------------------
+# multiply (data/multiply): 3-digit by 2-digit products, with a calculator the model may call
+# (tools.py: <calc>347*86</calc> answered <result>29842</result>). The verdict is arithmetic's, read
+# from the completion with every call and result block removed: the number graded is one the model
+# wrote itself, so a tool result alone is never an answer. An unclosed block (a reply cut inside
+# one) runs to the end. The tags are spelled here, not imported from tools.py: tools.py imports
+# parse_expression from this file, so importing it back would be a cycle (tests/test_tools.py
+# checks that the two spellings agree). A lazy quantifier with one exit: linear time.
+
+TOOL_BLOCK = re.compile(r"<(calc|result)>.*?(?:</\1>|\Z)", re.DOTALL)
+
+
+def without_tool_blocks(completion):
+    """The model's own text: every <calc>...</calc> and <result>...</result> replaced by a space
+    (a space, so the digits on either side never join into one number)."""
+    return TOOL_BLOCK.sub(" ", completion)
+
+
+def read_multiply_answer(completion):
+    return read_integer_answer(without_tool_blocks(completion))
+
+
+def multiply_reward(completion, answer):
+    return arithmetic_reward(without_tool_blocks(completion), answer)
+
+
+def multiply_format(completion):
+    """1.0 if the model's own text ends with '= ' and an integer, as the prompt asks."""
+    return float(re.search(r"=\s*-?[0-9]+$", without_tool_blocks(completion).rstrip()) is not None)
+
+
+# ----------------------------------------------------------------------------
 # countdown (TinyZero): answer = {"target": T, "numbers": [...]}; the model writes <answer> EXPR
 # </answer>. Rules: EXPR combines ALL the given numbers, each exactly once (as a multiset: a number
 # given twice may be used twice), with binary + - * / and parentheses only. No unary minus (every
@@ -128,32 +160,45 @@ def evaluate_expression(node):
     # type() is int: rejects True/False
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return Fraction(node.value)
-    raise ValueError(f"not allowed in an answer: {type(node).__name__}")
+    what = node.op if isinstance(node, (ast.BinOp, ast.UnaryOp)) else node  # 'Pow', not 'BinOp'
+    raise ValueError(f"not allowed: {type(what).__name__}")
+
+
+def parse_expression(text):
+    """The exact value (a Fraction) of an expression of integer literals, binary + - * / and
+    parentheses, parsed, never executed; ValueError with a short reason for anything else. The
+    caps come first, all before parsing, so hostile text is refused in microseconds: length,
+    characters, literals, nesting. Countdown's verifier and tools.py's calculator share it."""
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ValueError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    text = " ".join(text.split())  # newlines and tabs to spaces; no leading space for ast
+    if not EXPRESSION_CHARS.fullmatch(text):
+        raise ValueError("only digits, + - * / ( ) and spaces are allowed")
+    # With only these characters, every run of digits is one integer literal of the expression.
+    if any(len(x) > MAX_LITERAL_DIGITS for x in re.findall(r"[0-9]+", text)):
+        raise ValueError(f"a number longer than {MAX_LITERAL_DIGITS} digits")
+    depth = accumulate(1 if c == "(" else -1 if c == ")" else 0 for c in text)
+    if max(depth, default=0) > MAX_NESTING:
+        raise ValueError(f"parentheses nested deeper than {MAX_NESTING}")
+    try:
+        return evaluate_expression(ast.parse(text, mode="eval").body)
+    except (SyntaxError, RecursionError):
+        raise ValueError("syntax error") from None
+    except ZeroDivisionError:
+        raise ValueError("division by zero") from None
 
 
 def countdown_reward(completion, answer):
     expression = last_answer_block(completion)
-    # Cheap checks first, all before parsing: length, characters, literals, nesting.
-    if expression is None or len(expression) > MAX_EXPRESSION_CHARS:
-        return 0.0
-    # newlines and tabs to spaces; no leading space for ast
-    expression = " ".join(expression.split())
-    if not EXPRESSION_CHARS.fullmatch(expression):
-        return 0.0
-    # With only these characters, every run of digits is one integer literal of the expression.
-    literals = re.findall(r"[0-9]+", expression)
-    if any(len(x) > MAX_LITERAL_DIGITS for x in literals):
-        return 0.0
-    # each number exactly once (this
-    if sorted(int(x) for x in literals) != sorted(answer["numbers"]):
-        # also caps the literal count)
-        return 0.0
-    depth = accumulate(1 if c == "(" else -1 if c == ")" else 0 for c in expression)
-    if max(depth, default=0) > MAX_NESTING:
+    if expression is None:
         return 0.0
     try:
-        value = evaluate_expression(ast.parse(expression, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        value = parse_expression(expression)
+    except ValueError:
+        return 0.0
+    # each given number exactly once (parse_expression allowed only digits, operators, spaces and
+    # parentheses, so the runs of digits are the literals; their count is capped by the length)
+    if sorted(int(x) for x in re.findall(r"[0-9]+", expression)) != sorted(answer["numbers"]):
         return 0.0
     return float(value == answer["target"])
 
@@ -287,6 +332,7 @@ class Task(NamedTuple):
 TASKS = {
     "arithmetic": Task(arithmetic_reward, arithmetic_format, read_integer_answer),
     "countdown": Task(countdown_reward, countdown_format, read_countdown_answer),
+    "multiply": Task(multiply_reward, multiply_format, read_multiply_answer),
     "gsm8k": Task(gsm8k_reward, gsm8k_format, read_gsm8k_answer),
     "dapo_math": Task(dapo_math_reward, dapo_math_format, read_dapo_answer),
     # AIME 2024 is evaluated with the DAPO prompt (data/aime24/prepare.py), so with the DAPO verifier.

@@ -11,14 +11,19 @@ selection and concatenation before anything is padded:
                                        None (HF, and no prompt at all: the engine is never asked)
     truncated        B bools           True when the completion hit max_new_tokens without an EOS
     completions      B strings         the decoded completions (what the verifier reads)
-The trainer adds its own per-sample lists ('correct', the verifier's verdicts; the prompts and
-answers).
+With a tool (tools.tool_rollout), also model_mask (B lists of 1 / 0: the model's tokens / the
+tool's), tool_calls and tool_errors (B ints). The trainer adds its own per-sample lists
+('correct', the verifier's verdicts; the prompts and answers).
 
 make_batch then pads once, at the final width, into the batch that model.py relies on:
     prompt_ids       (B, P)  long   prompts left-padded to the longest one
     prompt_mask      (B, P)  long   1 on real prompt tokens
     completion_ids   (B, C)  long   completions right-padded to the longest one (C >= 1)
-    completion_mask  (B, C)  float  1 on real completion tokens, the closing EOS included
+    completion_mask  (B, C)  float  1 on real completion tokens, the closing EOS included (with a
+                                    tool: on the model's tokens only, the tool's results are 0)
+    completion_attention (B, C) long  with a tool only: 1 on every real completion token, the
+                                    model's and the tool's (what the model attends to; without a
+                                    tool completion_mask is it)
     rollout_logp     (B, C)  float  0 on padding, or None
     truncated        (B,)    bool
     completions      list of B strings
@@ -44,8 +49,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 def encode_prompts(tokenizer, prompts):
-    """Chat messages -> token ids with the model's chat template, ready for the assistant's turn."""
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    """Chat messages -> token ids with the model's chat template, ready for the assistant's turn. A
+    last message of the assistant's is a reply begun for the model (a prefill): it continues it."""
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=p[-1]["role"] != "assistant",
+                                           continue_final_message=p[-1]["role"] == "assistant",
+                                           tokenize=False) for p in prompts]
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
@@ -157,13 +165,27 @@ def sync_weights(engine, model, weights=None):
 
 
 def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature,
-             model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16):
+             model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16, tool=None):
     """Sample group_size completions for each prompt; return the samples described at the top, still
     unpadded (make_batch pads them). No prompt (an eval rank with no problem when there are fewer
-    than ranks): every list empty and rollout_logp None, whatever the engine."""
+    than ranks): every list empty and rollout_logp None, whatever the engine. tool: a dict of
+    tools.tool_rollout's keywords (the tool's name, max_tool_calls, timeout): multi-turn samples,
+    the model's turns and the tool's results in each completion (tools.py)."""
     if not prompt_token_ids:
         return {"prompt_ids": [], "completion_ids": [], "rollout_logp": None, "truncated": [],
                 "completions": []}
+    if tool:
+        import tools  # a room of its own: the tool, its sandbox and the multi-turn loop
+        prompts = [ids for ids in prompt_token_ids for _ in range(group_size)]
+        turns = lambda prompts, budgets, stops: sample_turns(
+            engine, tokenizer, prompts, budgets, stops, temperature, model, top_p, top_k,
+            autocast_dtype)
+        samples = tools.tool_rollout(turns, tokenizer, prompts, max_new_tokens, **tool)
+        if engine["kind"] == "hf":
+            samples["rollout_logp"] = None
+        return {**samples, "prompt_ids": prompts,
+                "completions": tokenizer.batch_decode(samples["completion_ids"],
+                                                      skip_special_tokens=True)}
     if engine["kind"] == "vllm":
         from vllm import SamplingParams
         params = SamplingParams(n=group_size, temperature=temperature, top_p=top_p, top_k=top_k or -1,
@@ -185,6 +207,58 @@ def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, te
     return {"prompt_ids": [ids for ids in prompt_token_ids for _ in range(group_size)],
             "completion_ids": completions, "rollout_logp": logps, "truncated": truncated,
             "completions": tokenizer.batch_decode(completions, skip_special_tokens=True)}
+
+
+def sample_turns(engine, tokenizer, prompts, budgets, stops, temperature, model=None, top_p=1.0,
+                 top_k=0, autocast_dtype=torch.bfloat16):
+    """One turn of each sample (a multi-turn rollout's step, tools.tool_rollout): prompts[i] (the
+    prompt and the sample's turns so far, token ids) continued by at most budgets[i] tokens,
+    stopping at an EOS or, where stops[i] is a string, right after the token that completes it.
+    Returns a (token ids, their log-probs (vLLM) or None (HF), finish) per sample, finish 'eos',
+    'stop' or 'length'. The ids are the sampler's own, never a decoded and re-encoded text."""
+    if engine["kind"] == "vllm":
+        from vllm import SamplingParams
+        params = [SamplingParams(n=1, temperature=temperature, top_p=top_p, top_k=top_k or -1,
+                                 max_tokens=budget, logprobs=0, stop=[stop] if stop else None)
+                  for budget, stop in zip(budgets, stops)]
+        outputs = engine["llm"].generate([{"prompt_token_ids": ids} for ids in prompts], params,
+                                         use_tqdm=False)
+        turns = []
+        for out in outputs:
+            sample = out.outputs[0]
+            # stop_reason: the stop string that ended it (None: an EOS, or the limit)
+            finish = ("length" if sample.finish_reason == "length"
+                      else "stop" if isinstance(sample.stop_reason, str) else "eos")
+            turns.append((list(sample.token_ids),
+                          [lp[tok].logprob for lp, tok in zip(sample.logprobs, sample.token_ids)],
+                          finish))
+        return turns
+    # HF: one generate over the longest budget, each row cut afterwards at its own stop string or
+    # budget (what is sampled after a row's cut is dropped: the kept tokens are as sampled)
+    rows, _ = _hf_generate(model, tokenizer, prompts, 1, max(budgets), temperature, top_p, top_k,
+                           autocast_dtype)
+    eos = stop_token_ids(tokenizer, model.generation_config)
+    turns = []
+    for row, budget, stop in zip(rows, budgets, stops):
+        row = row[:budget]
+        end = stop_end(tokenizer, row, stop) if stop else None
+        if end is not None:
+            turns.append((row[:end], None, "stop"))
+        else:
+            turns.append((row, None, "eos" if row and row[-1] in eos else "length"))
+    return turns
+
+
+def stop_end(tokenizer, ids, stop):
+    """The length of the shortest prefix of ids whose text contains stop, or None (a binary
+    search: a prefix's text grows with it)."""
+    if stop not in tokenizer.decode(ids):
+        return None
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if stop in tokenizer.decode(ids[:mid]) else (mid + 1, hi)
+    return lo
 
 
 def stop_token_ids(tokenizer, generation_config=None):
@@ -251,11 +325,17 @@ def make_batch(samples, pad_id):
         "prompt_mask": prompt_mask,
         "completion_ids": torch.tensor([pad(c, pad_id) for c in completions],
                                        dtype=torch.long).view(shape),
-        "completion_mask": torch.tensor([pad([1.0] * len(c), 0.0) for c in completions]).view(shape),
+        # tool rollouts: the model's tokens only (model_mask); the tool's are attended to, below
+        "completion_mask": torch.tensor([pad([float(m) for m in mask], 0.0) for mask in
+                                         samples.get("model_mask", [[1] * len(c) for c in completions])]
+                                        ).view(shape),
         "rollout_logp": None if logps is None
                         else torch.tensor([pad(lp, 0.0) for lp in logps]).view(shape),
         "truncated": torch.tensor(samples["truncated"], dtype=torch.bool),
     }
+    if "model_mask" in samples:  # every real token, the model's and the tool's
+        batch["completion_attention"] = torch.tensor([pad([1] * len(c), 0) for c in completions],
+                                                     dtype=torch.long).view(shape)
     if "correct" in samples:
         batch["correct"] = torch.tensor(samples["correct"], dtype=torch.float)
     return batch

@@ -90,6 +90,11 @@ mask_truncated = False        # DAPO overlong filtering: no loss on completions 
 # many of its steps in a row is passed over for curriculum_cooldown steps (0: off)
 curriculum_window = 0
 curriculum_cooldown = 50
+# a tool the model calls mid-answer (tools.py): multi-turn rollouts; max_new_tokens counts the
+# model's tokens and the tool's results
+tool = ''                     # a key of tools.TOOLS ('calc': the calculator); '': single-turn
+max_tool_calls = 4            # calls answered per answer; a later call is only text
+tool_timeout = 5.0            # seconds a call may take (a user's tool: its worker is killed)
 vllm_gpu_memory_utilization = 0.3  # GPU memory for vLLM (CPU: VLLM_CPU_KVCACHE_SPACE GiB)
 vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
 vllm_sleep = True             # GPU only: vLLM frees its KV cache while the trainer runs
@@ -133,6 +138,8 @@ beta1 = 0.9
 beta2 = 0.99
 grad_clip = 1.0               # max global grad norm (0: off)
 warmup_iters = 0              # linear learning-rate warmup
+decay_lr = False              # then cosine decay to min_lr at max_iters (nanoGPT's); False: constant
+min_lr = 0.0                  # the learning rate at max_iters, with decay_lr
 max_iters = 30                # optimizer steps (x num_iterations passes each)
 micro_batch_size = 16         # at most this many sequences per forward/backward
 max_tokens_per_micro = 2048   # ... and this many tokens, padding included (rows sorted)
@@ -367,13 +374,16 @@ def verify(completion, answer):
                        f"({type(error).__name__}: {error}); scored 0")
     return score
 
-def rollout(rows, G):
+def rollout(rows, G, tool_calls=max_tool_calls):
     """G samples per row (rollout.generate's per-sample lists, unpadded), with the task verifier's
     verdict 'correct' (1.0 right, 0.0 wrong) and each sample's prompt (its last message) and
-    reference answer (for samples.jsonl and the eval's examples)."""
+    reference answer (for samples.jsonl and the eval's examples). With a tool, multi-turn samples
+    of at most tool_calls calls each."""
     prompt_ids = encode_prompts(tokenizer, [r['prompt'] for r in rows])
+    tool_kw = tool and {'name': tool, 'max_tool_calls': tool_calls, 'timeout': tool_timeout}
     samples = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
-                       model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype)
+                       model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype,
+                       tool=tool_kw)
     samples['prompt'] = [rows[i // G]['prompt'][-1]['content'] for i in range(len(rows) * G)]
     samples['answer'] = [rows[i // G]['answer'] for i in range(len(rows) * G)]
     samples['correct'] = [verify(c, a) for c, a in zip(samples['completions'], samples['answer'])]
@@ -493,6 +503,15 @@ def micro_batch_loss(mb, counts):
     logp.retain_grad()  # for batch_stats' token weights
     return loss, (logp, entropy, stats)
 
+def lr_at(step):
+    """The learning rate of step (0-based): linear warm-up, then constant or cosine down to min_lr."""
+    if step < warmup_iters:
+        return learning_rate * ((step + 1) / warmup_iters)
+    if not decay_lr:
+        return learning_rate
+    progress = (step - warmup_iters) / max(1, max_iters - warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
+
 def policy_update(mbs, counts, step, median_len):
     """num_iterations optimizer passes over the micro-batches, gradients accumulated over them. A
     pass with a non-finite loss or gradient ends the step's updates. Returns the statistics' sums
@@ -511,8 +530,7 @@ def policy_update(mbs, counts, step, median_len):
                 accumulate(sums, batch_stats(mb, logp, entropy, n, median_len))
         pass_loss = reduce_sum(pass_loss)
         out['grad_norm'] = clip_grad_norm(model.parameters(), grad_clip)
-        warmup = min(1.0, (step + 1) / warmup_iters) if warmup_iters else 1.0  # linear warm-up
-        out['lr'] = learning_rate * warmup
+        out['lr'] = lr_at(step)
         for group in optimizer.param_groups:
             group['lr'] = out['lr']
         if it == 0:
@@ -558,8 +576,13 @@ def log_eval(step):
     with torch.random.fork_rng(devices=[device] if device.startswith('cuda') else []):
         torch.manual_seed(seed + rank + 1_000_003 * (step + 1))
         samples = rollout(test_rows[rank::world_size], eval_samples)
+        # with a tool, also the same problems with its calls unanswered: the model alone
+        alone = rollout(test_rows[rank::world_size], eval_samples, tool_calls=0) if tool else None
     sums = reduce_sum(eval_sums(samples, eval_samples, task.answer))
     record = {'step': step, **eval_record(sums), 'eval/seconds': time.time() - t0}
+    if alone is not None:
+        record['eval/accuracy_no_tool'] = eval_record(reduce_sum(
+            eval_sums(alone, eval_samples, task.answer)))['eval/accuracy']
     guards.check_eval(record)  # the reward-hacking guards: the training means against this eval
     run_log.record(record)
     if master:

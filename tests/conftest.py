@@ -1,4 +1,6 @@
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -47,3 +49,13 @@ def parity_reward(tmp_path, never=None):
     right (its groups are surely degenerate)."""
     return verifier_config(tmp_path, "lambda completion, answer: "
                            f"0.0 if answer == {never!r} else float(len(completion) % 2 == 0)")
+
+
+def train_log(*args, timeout=600):
+    """Run train.py with args (one of them --out_dir=...), check that it exits 0, return the
+    records of its log.jsonl."""
+    result = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out_dir = next(a.split("=", 1)[1] for a in args if a.startswith("--out_dir="))
+    return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]

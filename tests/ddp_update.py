@@ -77,16 +77,20 @@ def trained(module):
 
 
 # fixed samples: 12 completions (3 groups of 4) of different lengths, prompts of 5 tokens; group
-# 0's answers share one prompt (as a real group's do), groups 1 and 2 have one prompt per row
+# 0's answers share one prompt (as a real group's do), groups 1 and 2 have one prompt per row;
+# three of them hold a tool's tokens (multi-turn rollouts: context, no loss, no action for GAE)
 g = torch.Generator().manual_seed(1)
 B, P, C, G = 12, 5, 7, 4
 prompt_ids = torch.randint(1, 64, (B, P), generator=g)
 prompt_ids[:G] = prompt_ids[0]
+attention = (torch.arange(C)[None] < torch.tensor([7, 2, 5, 3, 6, 1, 4, 7, 3, 5, 2, 6])[:, None]).long()
+tool = torch.zeros(B, C)
+tool[[0, 4, 7], 2:4] = 1  # three answers with a tool's result at positions 2-3 (tools.py)
 batch = {'prompt_ids': prompt_ids,
          'prompt_mask': torch.ones(B, P, dtype=torch.long),
          'completion_ids': torch.randint(1, 64, (B, C), generator=g),
-         'completion_mask': (torch.arange(C)[None]
-                             < torch.tensor([7, 2, 5, 3, 6, 1, 4, 7, 3, 5, 2, 6])[:, None]).float(),
+         # the model's tokens (the loss's); every real token is attended to, the tool's too
+         'completion_mask': attention.float() * (1 - tool), 'completion_attention': attention,
          'rewards': torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.3, 1.0, 0.7, 0.2, 0.0, 1.0, 0.5])}
 batch['correct'] = (batch['rewards'] > 0.5).float()
 BETA = 0.0 if loss_type in CRITIC_LOSS_TYPES else 0.05  # the critic's KL is a reward instead

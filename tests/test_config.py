@@ -44,6 +44,7 @@ BAD = [
     (["--dtype=fp32"], "dtype='fp32'; valid: auto, float32, bfloat16"),
     (["--lora_alpha=16"], "lora_alpha=16.0 is set but lora_rank=0 (LoRA off): set lora_rank too"),
     (["--reward_control=coin"], "reward_control='coin'; valid: none, random, shuffled"),
+    (["--tool=calculator"], "tool='calculator'; valid: calc"),
 ]
 
 
@@ -91,6 +92,8 @@ RANGES = [
     ("--lora_rank=-1", ">= 0"), ("--lora_alpha=0.0", "> 0"),
     ("--curriculum_window=-1", ">= 0"), ("--curriculum_cooldown=-1", ">= 0"),
     ("--warn_reward_gap=-0.1", ">= 0"), ("--warn_length_rise=-0.5", ">= 0"),
+    ("--min_lr=1e-3", "in [0, learning_rate=2e-05]"), ("--min_lr=-1e-6", "in [0, learning_rate=2e-05]"),
+    ("--max_tool_calls=-1", ">= 0"), ("--tool_timeout=0.0", "> 0"),
 ]
 NO_MODEL = "--init_from=tests"  # any folder passes the checks: they load nothing
 # values at the edge of a range, or meaningful though unusual: accepted

@@ -1,16 +1,11 @@
 """The critic side (ppo, vapo): GAE against hand computations, the REINFORCE and perfect-critic
 limits, the clipped value loss, value pre-training on a fixed batch, and train.py end to end with a
 critic."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import ROOT
+from conftest import train_log
 from critic import gae, length_adaptive_lambda, value_loss
 from model import completion_values, load_critic, save_critic
 
@@ -128,10 +123,7 @@ TINY = ["config/cpu_demo.py", "--rollout_engine=hf", "--prompts_per_step=2", "--
 
 
 def train(*args):
-    result = subprocess.run([sys.executable, "train.py", *TINY, *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return [json.loads(line) for line in open(os.path.join(args[0].split("=", 1)[1], "log.jsonl"))]
+    return train_log(*TINY, *args)
 
 
 @pytest.mark.slow

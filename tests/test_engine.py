@@ -160,6 +160,70 @@ def test_two_rounds_are_padded_once_to_the_widest(setup):
     assert batch["completions"] == parts[0]["completions"] + parts[1]["completions"]
 
 
+def test_tool_rollouts_are_the_samplers_ids_and_the_tools_token_for_token(setup, monkeypatch):
+    """Multi-turn samples with the calculator, both engines: each model run of a completion is one
+    turn exactly as the engine returned it, each tool run the ids of the calculator's answer to
+    the call before it, encoded once (token-in / token-out: nothing is decoded and encoded again).
+    The reply is begun with '<calc>' (a prefill), after data/multiply's example turn, so that
+    nearly every sample makes a call (98 % measured). vLLM: the trainer's log-probs of the batch,
+    the tool's tokens attended to, are the sampler's (to the kernels' round-off, as in
+    test_both_engines_return_the_same_structure); with the tool's tokens left out of the
+    attention, the tokens after a result are scored in another context, far off."""
+    import rollout
+    import tools
+    model, tokenizer, engine, _ = setup
+    chat = [{"role": "user", "content": "What is 123 * 45?"},
+            {"role": "assistant", "content": "<calc>123*45</calc><result>5535</result> 123 * 45 = 5535"},
+            {"role": "user", "content": "What is 347 * 86?"},
+            {"role": "assistant", "content": tools.CALL_OPEN}]
+    prompt = encode_prompts(tokenizer, [chat])[0]
+    assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n<calc>")
+    tool = {"name": "calc", "max_tool_calls": 2, "timeout": 1.0}
+    for eng in (engine, init_engine("hf", MODEL_DIR)):
+        turns = []  # every turn the engine returned
+
+        def recorded(*args, real=rollout.sample_turns, **kwargs):
+            turns.extend(real(*args, **kwargs))
+            return turns[-len(args[2]):]
+        monkeypatch.setattr(rollout, "sample_turns", recorded)
+        samples = generate(eng, tokenizer, [prompt], 8, 32, 1.0, model=model, tool=tool)
+        monkeypatch.undo()
+        returned = {tuple(ids) for ids, _, _ in turns}
+        assert sum(samples["tool_calls"]) >= 4, samples["completions"]
+        for ids, mask in zip(samples["completion_ids"], samples["model_mask"]):
+            runs, start = [], 0  # the completion's runs of the model's and of the tool's tokens
+            for end in range(1, len(ids) + 1):
+                if end == len(ids) or mask[end] != mask[start]:
+                    runs.append((mask[start], ids[start:end]))
+                    start = end
+            for k, (is_model, run) in enumerate(runs):
+                if is_model:
+                    assert tuple(run) in returned
+                    continue
+                call = (tools.CALL_OPEN if k == 1 else "") + tokenizer.decode(runs[k - 1][1])
+                call = call[:call.index(tools.CALL_CLOSE) + len(tools.CALL_CLOSE)]
+                argument = tools.call_argument(call)
+                answer = tools.calculator(argument) if argument is not None else None
+                expected = tokenizer.encode(f"{tools.RESULT_OPEN}{answer}{tools.RESULT_CLOSE}",
+                                            add_special_tokens=False)
+                assert answer is not None and run == expected[:len(run)], (call, run)
+    # vLLM (the first engine's batch is gone: sample again)
+    samples = generate(engine, tokenizer, [prompt], 8, 32, 1.0, tool=tool)
+    batch = make_batch(samples, tokenizer.pad_token_id)
+    mask, attention = batch["completion_mask"], batch["completion_attention"]
+    # the model's tokens after a result: their context holds the tool's tokens
+    after = mask * ((attention - mask).cumsum(1) > 0)
+    assert after.sum() >= 8
+    gaps = {}
+    for name, seen in [("with", attention), ("without", mask)]:
+        with torch.no_grad():
+            logp, _ = completion_logprobs(model, batch["prompt_ids"], batch["prompt_mask"],
+                                          batch["completion_ids"], mask, 1.0, torch.bfloat16,
+                                          completion_attention=seen)
+        gaps[name] = (((logp - batch["rollout_logp"]).abs() * after).sum() / after.sum()).item()
+    assert gaps["with"] < 0.2 < gaps["without"], gaps
+
+
 def test_weight_sync_after_an_optimizer_step(setup):
     """The engine serves the new weights after a sync, and the old ones before it. Stated against
     the step, in L2 over the completion's tokens: the step moves its log-probs by 3.3 nats, while

@@ -378,8 +378,10 @@ def test_token_weight_sums_measure_the_length_bias(loss_type, short_over_long):
 @pytest.mark.parametrize("tis_mode", ["none", "token_truncate", "sequence_mask"])
 def test_padding_gets_no_gradient(tis_mode):
     torch.manual_seed(3)
-    B, T = 3, 6
-    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]], dtype=D)
+    B, T = 4, 6
+    # the last row: a tool's result at positions 1-2 (tools.py), 0 in the mask between the model's
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0],
+                         [1, 0, 0, 1, 1, 0]], dtype=D)
     pad = mask == 0
     clean = dict(logp=torch.randn(B, T, dtype=D) - 1, old=torch.randn(B, T, dtype=D) - 1,
                  adv=torch.randn(B, T, dtype=D), ref=torch.randn(B, T, dtype=D) - 1,

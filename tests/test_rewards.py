@@ -35,7 +35,7 @@ def load_samples(task):
 
 
 def test_registry_covers_every_task():
-    assert set(TASKS) == {"arithmetic", "countdown", "gsm8k", "dapo_math", "aime24"}
+    assert set(TASKS) == {"arithmetic", "countdown", "multiply", "gsm8k", "dapo_math", "aime24"}
     for name, task in TASKS.items():
         assert isinstance(task, Task), name
         assert all(callable(part) for part in (task.score, task.format, task.answer)), name
@@ -312,6 +312,60 @@ def test_countdown_generator_excludes_test_problems():
     assert not test_keys & {countdown.problem_key(r) for r in train}
     with pytest.raises(ValueError):
         countdown.make_rows(10 ** 6, seed=0, **small)  # more problems than exist
+
+
+# ----------------------------------------------------------------------------
+# multiply: arithmetic's verdict on the model's own text, its <calc> and <result> blocks removed
+
+CALL = "<calc>347*86</calc><result>29842</result>"
+
+
+@pytest.mark.parametrize("completion, expected", [
+    (f"{CALL} 347 * 86 = 29842", 1.0),
+    (CALL, 0.0),                                      # a tool result alone is never the answer
+    (f"{CALL} 347 * 86 = 29841", 0.0),                # a wrong stated number
+    (f"{CALL} 347 * 86 = 29,842", 1.0),
+    ("347 * 86 = 29842", 1.0), ("29842", 1.0),        # no tool: as arithmetic
+    ("347 * 86 = <calc>347*86</calc><result>29842</result>", 0.0),  # after '=': only the world's
+    ("347 * 86 = <result>29842</result>", 0.0),       # a result block, even one the model wrote
+    ("347 * 86 = <calc>29842</calc>", 0.0),           # ... and a call's argument
+    ("347 * 86 = <result>29842", 0.0),                # an unclosed block runs to the end
+    (f"{CALL} 347 * 86 = 29842 <calc>1+1", 1.0),
+    ("347 * 86 = 298<calc>1</calc>42", 0.0),          # '298 42': two numbers, never 29842
+    (f"{CALL} = 29842 or 29843", 0.0),
+])
+def test_multiply_reward(completion, expected):
+    assert TASKS["multiply"].score(completion, "29842") == expected
+
+
+@pytest.mark.parametrize("completion, expected", [
+    (f"{CALL} 347 * 86 = 29842", 29842), (CALL, None), ("29842", 29842),
+    (f"{CALL} 347 * 86 = 29841", 29841), ("", None),
+])
+def test_read_multiply_answer(completion, expected):
+    assert TASKS["multiply"].answer(completion) == expected
+
+
+@pytest.mark.parametrize("completion, expected", [
+    (f"{CALL} 347 * 86 = 29842", 1.0), (f"{CALL} 347 * 86 = 29841\n", 1.0),  # format only
+    (CALL, 0.0), ("29842", 0.0), (f"{CALL} 347 * 86 = 29842.", 0.0),
+    ("347 * 86 = <result>29842</result>", 0.0),
+])
+def test_multiply_format(completion, expected):
+    assert TASKS["multiply"].format(completion) == expected
+
+
+def test_multiply_hostile_completions_are_wrong_and_fast():
+    completions = hostile_completions() + [
+        "<calc>" * 10 ** 5, "<result>" * 10 ** 5 + "</result>", "</calc>" * 10 ** 5,
+        "<calc>" + "9" * 10 ** 6, "= <result>" + "<calc>" * 10 ** 5 + "29842",
+        "<result>29842</result>" * 10 ** 4, "<calc" * 10 ** 5]
+    start = time.perf_counter()
+    scores = [(TASKS["multiply"].score(c, "29842"), TASKS["multiply"].format(c))
+              for c in completions]
+    elapsed = time.perf_counter() - start
+    assert scores == [(0.0, 0.0)] * len(completions)
+    assert elapsed < 1.0, f"{len(completions)} hostile completions took {elapsed:.2f}s"
 
 
 # ----------------------------------------------------------------------------

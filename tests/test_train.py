@@ -32,8 +32,9 @@ def records(out_dir):
 @pytest.mark.slow
 def test_train_logs_checkpoints_and_resumes(tmp_path):
     out_dir = str(tmp_path / "run")
+    lr_args = ["--learning_rate=1e-5", "--decay_lr=True", "--min_lr=1e-6"]  # cosine, over max_iters
     result = train(f"--out_dir={out_dir}", "--max_iters=2", "--rollout_engine=vllm",
-                   "--ckpt_interval=0")
+                   "--ckpt_interval=0", *lr_args)
     assert "step 1: reward" in result.stdout and "step 2: reward" in result.stdout
     # the engine says which model runner it is (on GPU vLLM may take V2, which no CPU test runs)
     assert "vLLM engine: vllm.v1.worker.cpu_model_runner (enforce_eager=True" in result.stdout
@@ -61,7 +62,8 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     # the end of the run says where things are and what comes next
     assert f"eval/accuracy: {evals[0]['eval/accuracy']:.3f} at step 0 ->" in result.stdout
     assert (f"continue: python train.py {' '.join(TINY)} --out_dir={out_dir} "
-            f"--rollout_engine=vllm --ckpt_interval=0 --init_from=resume --max_iters=4"
+            f"--rollout_engine=vllm --ckpt_interval=0 {' '.join(lr_args)} --init_from=resume "
+            f"--max_iters=4"
             in result.stdout and f"plot: python plot.py {out_dir}" in result.stdout)
 
     # the checkpoint is a plain HF folder (transformers loads it) plus the trainer's state and
@@ -77,11 +79,14 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
 
     # resume (with the HF engine this time): continues at step 3, does not redo steps 1-2
     result = train(f"--out_dir={out_dir}", "--max_iters=3", "--init_from=resume",
-                   "--rollout_engine=hf", "--ckpt_interval=0")
+                   "--rollout_engine=hf", "--ckpt_interval=0", *lr_args)
     assert ("resumed from" in result.stdout and "step 3: reward" in result.stdout
             and "step 2: reward" not in result.stdout)
     steps = [r for r in records(out_dir) if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2, 3] and "rollout_mismatch" not in steps[-1]
+    # lr = min_lr + (lr - min_lr) (1 + cos(pi t / max_iters)) / 2 at the step's index t: t = 0, 1
+    # of 2 steps, then t = 2 of the resumed run's 3
+    assert [r["lr"] for r in steps] == pytest.approx([1e-5, 5.5e-6, 3.25e-6])
     # step 2's eval ran before step 2's checkpoint: the resumed run does not evaluate it again
     assert [r["step"] for r in records(out_dir) if "eval/accuracy" in r] == [0, 2, 3]
     assert torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)["step"] == 3
