@@ -258,3 +258,23 @@ def test_the_lab_page_gives_each_prediction_its_verdict_by_the_seed_spread(tmp_p
     assert "Wall time of the runs, summed: 18 min" in page
     for figure in ('eval_accuracy_time', 'eval_accuracy', 'entropy'):
         assert os.path.exists(tmp_path / 'docs' / 'demo' / f'{figure}.png')
+
+
+def test_every_study_names_keys_the_trainer_has_and_data_the_lab_can_make():
+    """A study's arms and common overrides are train.py config keys (a typo would be a config
+    error an hour into a study), its verdicts compare arms it has, and every data folder it
+    trains on is one lab.PREPARE makes (or the config's own)."""
+    import ast
+    import lab
+    tree = ast.parse(open(os.path.join(ROOT, "train.py")).read())
+    keys = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name)}
+    for name, study in lab.STUDIES.items():
+        overrides = [study.get("common", {}), *study["arms"].values()]
+        assert set().union(*overrides) <= keys, (name, set().union(*overrides) - keys)
+        arms = set(study["arms"]) | {"random_reward"}
+        assert study["baseline"] in arms and all({a, b} <= arms for a, b, _, _ in study["verdicts"])
+        config_data = lab.config_values(os.path.join(ROOT, study["config"]))["data_dir"]
+        for data in {o["data_dir"] for o in overrides if "data_dir" in o}:
+            assert data in lab.PREPARE or data == config_data, (name, data)
