@@ -191,7 +191,7 @@ def report(name, study, run_dirs, docs, command):
     figures = os.path.join(docs, name)
     os.makedirs(figures, exist_ok=True)
     drawn = [key for key in ('eval_accuracy', 'entropy', 'clip_frac', 'degenerate_frac',
-                             'completion_len', 'cov_logp_adv')
+                             'completion_len', 'cov_logp_adv', 'tool_calls', 'eval_accuracy_no_tool')
              if plot.plot_figure(runs, key, plot.with_prefixed(plot.FIGURES[key], runs),
                                  os.path.join(figures, f'{key}.png'))]
     time_figure(runs, os.path.join(figures, 'eval_accuracy_time.png'))

@@ -34,6 +34,9 @@ FIGURES = {
     'rollout_mismatch': ['rollout_mismatch'], 'cov_logp_adv': ['loss/cov_logp_adv'],
     'value_loss': ['value/loss'], 'value_explained_var': ['value/explained_var'],
     'token_weight_short_long': ['token_weight_short_long'],
+    # with a tool (tools.py): the answers that call it, its errors; the eval with calls unanswered
+    'tool_calls': ['tool/call_frac', 'tool/errors'],
+    'eval_accuracy_no_tool': ['eval/accuracy_no_tool'],
 }
 STYLES = ['-', '--', ':', '-.']  # one per key of a figure (used again past the fourth)
 # the summary's columns; step_seconds = rollout + train + sync seconds of a step (added by read_log)

@@ -298,7 +298,8 @@ def train_logged_keys():
     """The keys of the records train.py writes, read from its source and report.py's (which builds
     them):
       - string keys of the dicts assigned to `record` / `per_sample` (whose means the record holds) or
-        passed to log({...}), of record['key'] = ..., of record.update(key=...), and of the dict
+        passed to log({...}), of record['key'] = ... and record.update(key=... or {...}) (or
+        per_sample's), and of the dict
         report.rank_numbers returns (this rank's own numbers, spread into the record)
       - '<stage>_seconds' of every `with timed('<stage>')` (spread into the record as **seconds)
       - 'loss/' + every stat policy_loss returns (all variants, every switch on), if policy_update logs
@@ -328,16 +329,17 @@ def train_logged_keys():
             for t in node.targets:
                 if isinstance(t, ast.Name) and t.id in ("record", "per_sample") and isinstance(node.value, ast.Dict):
                     keys |= str_keys(node.value)
-                if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == "record"
-                        and isinstance(t.slice, ast.Constant)):
+                if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                        and t.value.id in ("record", "per_sample") and isinstance(t.slice, ast.Constant)):
                     keys.add(t.slice.value)
         elif isinstance(node, ast.Call):
             f = node.func
             if isinstance(f, ast.Name) and f.id == "log" and node.args and isinstance(node.args[0], ast.Dict):
                 keys |= str_keys(node.args[0])
             if (isinstance(f, ast.Attribute) and f.attr == "update" and isinstance(f.value, ast.Name)
-                    and f.value.id == "record"):
+                    and f.value.id in ("record", "per_sample")):
                 keys |= {kw.arg for kw in node.keywords if kw.arg}
+                keys |= set().union(*(str_keys(a) for a in node.args if isinstance(a, ast.Dict)))
     keys |= {f"{c.args[0].value}_seconds" for c in calls(tree, "timed")}
     keys |= set().union(*(str_keys(r.value) for r in ast.walk(funcs["rank_numbers"])
                           if isinstance(r, ast.Return) and isinstance(r.value, ast.Dict)))

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -156,17 +155,6 @@ def test_a_tools_failures_are_results_the_model_sees(user_tools):
     assert tools._worker[0].pid == pid  # the same worker throughout
     assert call_tool("die", "1", 5.0) == ("error: worker died", "exception")
     assert not alive(pid) and call_tool("echo", "ab", 5.0) == ("ba", None)
-
-
-def test_a_warm_worker_call_costs_about_a_millisecond(user_tools):
-    call_tool("echo", "abc", 5.0)
-    times = []
-    for _ in range(200):
-        start = time.perf_counter()
-        call_tool("echo", "abc", 5.0)
-        times.append(time.perf_counter() - start)
-    # ~0.05 ms measured on 2 idle cores; the bound leaves room for a loaded machine
-    assert statistics.median(times) < 0.005
 
 
 def test_no_orphan_when_the_trainer_is_killed_mid_call(tmp_path):
