@@ -195,7 +195,9 @@ def report(name, study, run_dirs, docs, command):
              if plot.plot_figure(runs, key, plot.with_prefixed(plot.FIGURES[key], runs),
                                  os.path.join(figures, f'{key}.png'))]
     time_figure(runs, os.path.join(figures, 'eval_accuracy_time.png'))
-    keys = plot.with_prefixed(plot.SUMMARY + ['trained_frac', 'loss/clip_frac_high'], runs)
+    # the summary's keys and every key a verdict compares
+    verdict_keys = [key for _, _, key, _ in study['verdicts']]
+    keys = plot.with_prefixed(list(dict.fromkeys(plot.SUMMARY + verdict_keys)), runs)
     stats = plot.final_metrics(runs, keys)
     evals = [[r for r in rs if 'eval/accuracy' in r][-1] for by_run in runs.values()
              for rs in by_run.values() if any('eval/accuracy' in r for r in rs)]  # the last ones
