@@ -95,6 +95,21 @@ STUDIES = {
         config=HARD, steps=20, baseline='dapo', common={'num_iterations': 2},
         arms={'dapo': {'loss_type': 'dapo', 'eps_high': 0.28}, 'cispo': {'loss_type': 'cispo'}},
         verdicts=[('cispo', 'dapo', 'eval/accuracy', 'higher')]),
+    'demo_decline': dict(
+        claim="The 1-digit demo's held-out accuracy peaked at step 10 and fell by step 30 (78.5 -> "
+              "72.3 %, one seed on an AVX2 EPYC). After ~10 steps the entropy has collapsed and "
+              "most groups agree: each update comes from the few groups left, and a policy this "
+              "sharp moves whole problems between right and wrong. The cosine decay "
+              "(decay_lr, nanoGPT's) shrinks those late steps.",
+        prediction="grpo's held-out accuracy after step 10 swings from eval to eval by more than "
+                   "the eval's noise, with no common direction over the seeds (the fall is one "
+                   "seed's swing, not forgetting); decay's step-30 accuracy is not lower than "
+                   "grpo's, and its late swings are smaller.",
+        config='config/cpu_demo.py', steps=30, baseline='grpo', common={'eval_interval': 5},
+        # fp32: added after grpo and decay had run on a bf16 CPU and shown no fall by step 30;
+        # the fall was measured on an AVX2 CPU, where dtype 'auto' is fp32
+        arms={'grpo': {}, 'decay': {'decay_lr': True, 'min_lr': 2e-6}, 'fp32': {'dtype': 'float32'}},
+        verdicts=[('decay', 'grpo', 'eval/accuracy', 'not lower')]),
     'tool_use': dict(
         claim="Tools (issue #29): 3-digit x 2-digit products are beyond a 135M model's head (the "
               "base model is right in 0-0.8 % of its answers); shown a calculator in one example "
