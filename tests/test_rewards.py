@@ -145,6 +145,33 @@ def test_arithmetic_prepare_holds_out_unordered_pairs(tmp_path):
     assert not held_out & {frozenset(pair) for pair in train}
 
 
+def test_running_sum_prepare_holds_out_multisets_and_its_answers_score(tmp_path):
+    """A sum is the same in every order: a held-out multiset of numbers is a training prompt in no
+    order. The answer with the working shown is read at its last running total."""
+    import shutil
+    import subprocess
+    script = shutil.copy(os.path.join(REPO, "data", "running_sum", "prepare.py"), tmp_path)
+    subprocess.run([sys.executable, script], check=True, capture_output=True, timeout=60)
+
+    def rows(split):
+        with open(tmp_path / f"{split}.jsonl") as f:
+            return [json.loads(line) for line in f]
+    test, train = rows("test"), rows("train")
+    assert len(test) == 200 and len(train) == 5000
+    assert all(len(r["meta"]["numbers"]) == 8 and int(r["answer"]) == sum(r["meta"]["numbers"])
+               for r in test + train)
+    held_out = {tuple(sorted(r["meta"]["numbers"])) for r in test}
+    assert len(held_out) == 200
+    assert not held_out & {tuple(sorted(r["meta"]["numbers"])) for r in train}
+    assert "What is 7 + 7 + 1 + 5 + 9 + 8 + 7 + 5?" in test[0]["prompt"][0]["content"]
+    worked = "7 + 7 = 14, 14 + 1 = 15, 15 + 5 = 20, 20 + 9 = 29, 29 + 8 = 37, 37 + 7 = 44, 44 + 5 = 49."
+    assert TASKS["arithmetic"].score(worked, test[0]["answer"]) == 1.0
+    assert TASKS["arithmetic"].score(worked[:-5] + "48.", test[0]["answer"]) == 0.0
+    too_many = subprocess.run([sys.executable, script, "--num_operands=2", "--num_test=45"],
+                              capture_output=True, text=True, timeout=60)
+    assert too_many.returncode == 1 and "45 distinct problems" in too_many.stderr
+
+
 @pytest.mark.parametrize("completion, expected",
                          [("42", 1.0), (" 42\n", 1.0), ("The answer is 42.", 0.0)])
 def test_arithmetic_format(completion, expected):
