@@ -12,6 +12,8 @@ import json
 import os
 import random
 import shutil
+import signal
+import threading
 import warnings
 
 import torch
@@ -169,6 +171,21 @@ def rng_state(device):
     return {'python': random.getstate(), 'torch': torch.get_rng_state(),
             # this rank's GPU only: a resume may see fewer GPUs (get_rng_state_all: one per GPU)
             'cuda': torch.cuda.get_rng_state(device) if device.startswith('cuda') else None}
+
+
+def stop_on_signals():
+    """SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C) set the returned Event: the loop finishes
+    its step, saves a checkpoint and exits."""
+    stop = threading.Event()
+
+    def request_stop(signum, frame):
+        stop.set()
+        print(f"{signal.Signals(signum).name}: finishing this step, then checkpoint and exit",
+              flush=True)
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    return stop
 
 
 def restore_rng(states, rank, device):

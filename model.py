@@ -17,6 +17,7 @@ import json
 import os
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -275,6 +276,20 @@ def wrap(scorer, mode, local_rank=0):
         return DDP(scorer, device_ids=[local_rank] if torch.cuda.is_available() else None,
                    gradient_as_bucket_view=True)
     return scorer
+
+
+def all_reduce_sum(x, device):
+    """x summed over the ranks of the default process group: a number, a CPU tensor, or a dict of
+    numbers with the same keys on every rank (one float64 all-reduce for a number or a dict)."""
+    if torch.is_tensor(x):
+        summed = x.to(device)  # (NCCL reduces GPU tensors only)
+        dist.all_reduce(summed)
+        return summed.cpu()
+    keys = sorted(x) if isinstance(x, dict) else None
+    values = [float(x[k]) for k in keys] if keys else [float(x)]
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist())) if keys else t.item()
 
 
 def backward_pass(net, mbs, loss_of, world_size=1):

@@ -57,6 +57,16 @@ def encode_prompts(tokenizer, prompts):
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
+def fitting_prompts(tokenizer, rows, max_len, split):
+    """The rows whose prompt is at most max_len tokens in the chat template; the others are skipped,
+    and their number said."""
+    kept = [r for r in rows if len(encode_prompts(tokenizer, [r["prompt"]])[0]) <= max_len]
+    if len(kept) < len(rows):
+        print(f"{split}: {len(rows) - len(kept)} prompts longer than max_prompt_len={max_len} "
+              f"tokens skipped")
+    return kept
+
+
 def quiet_vllm():
     """vLLM's INFO lines (~150 at engine start, 3 at every sync) off unless the user sets
     VLLM_LOGGING_LEVEL; and the WARNINGs that are expected here, dropped:

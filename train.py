@@ -24,9 +24,7 @@ import contextlib
 import math
 import os
 import random
-import signal
 import sys
-import threading
 import time
 
 import torch
@@ -36,19 +34,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from checkpoint import (load_optimizers, load_trainer_state, read_checkpoint_meta, restore_rng,
-                        resume_problem, save_run)
+                        resume_problem, save_run, stop_on_signals)
 from critic import critic_advantages, critic_update
 from curriculum import Curriculum
 from lora import adapters_off, add_lora, load_adapter, merged_weights
 from losses import LOSS_HP, VARIANTS, group_advantages, policy_loss
-from model import (Scorer, backward_pass, clip_grad_norm, completion_values, load_critic,
-                   load_model, micro_batches, native_bf16, round_ties, wrap)
+from model import (Scorer, all_reduce_sum, backward_pass, clip_grad_norm, completion_values,
+                   load_critic, load_model, micro_batches, native_bf16, round_ties, wrap)
 from report import (Guards, RunLog, abort_line, bad_step_line, batch_stats, eval_lines, eval_record,
                     rank_numbers, sampling_record, step_line, step_record, step_sums, summary)
 from rewards import (TASKS, control_verdicts, eval_sums, kimi_length_reward, load_rows,
                      overlong_penalty, safe_score)
-from rollout import (dynamic_sample, encode_prompts, generate, init_engine, make_batch,
-                     round_counts, shutdown, sleep, sync_weights)
+from rollout import (dynamic_sample, encode_prompts, fitting_prompts, generate, init_engine,
+                     make_batch, round_counts, shutdown, sleep, sync_weights)
 
 # -----------------------------------------------------------------------------
 # config: the defaults are the offline CPU demo (config/cpu_demo.py restates and explains them)
@@ -293,19 +291,9 @@ engine = init_engine(rollout_engine, model_path, seed=seed + rank, fp32_head=vll
                      dtype=dtype)  # the trainer's body dtype: the sampler is the policy trained
 
 def reduce_sum(x):
-    """x summed over ranks (a number, a CPU tensor, or a dict of numbers with the same keys on every
-    rank)."""
-    if not ddp:
-        return x
-    if torch.is_tensor(x):
-        summed = x.to(device)  # (NCCL reduces GPU tensors only)
-        dist.all_reduce(summed)
-        return summed.cpu()
-    keys = sorted(x) if isinstance(x, dict) else None
-    values = [float(x[k]) for k in keys] if keys else [float(x)]
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return dict(zip(keys, t.tolist())) if keys else t.item()
+    """x summed over ranks (model.all_reduce_sum: a number, a CPU tensor, or a dict of numbers with
+    the same keys on every rank); plain python: x."""
+    return all_reduce_sum(x, device) if ddp else x
 
 seconds = {}  # the step's wall time per stage: seconds['rollout_seconds'], ...
 
@@ -326,12 +314,8 @@ def accumulate(sums, new):
 # -----------------------------------------------------------------------------
 # sample: prompts in a fixed shuffled order, G completions each, verified and shaped into rewards
 # over-long prompts: skipped and counted
-for name, rows in [('train', train_rows), ('test', test_rows)]:
-    kept = [r for r in rows if len(encode_prompts(tokenizer, [r['prompt']])[0]) <= max_prompt_len]
-    if len(kept) < len(rows):
-        print(f"{name}: {len(rows) - len(kept)} prompts longer than "
-              f"max_prompt_len={max_prompt_len} tokens skipped")
-    rows[:] = kept
+train_rows = fitting_prompts(tokenizer, train_rows, max_prompt_len, 'train')
+test_rows = fitting_prompts(tokenizer, test_rows, max_prompt_len, 'test')
 if max_iters > 0 and not train_rows:
     config_error(f"no training prompt fits in max_prompt_len={max_prompt_len} tokens")
 for i, row in enumerate(train_rows):
@@ -596,15 +580,7 @@ def save(steps_done):
         'curriculum': curriculum.state_dict() if curriculum else None},
         device, critic=critic, lora_base=model_source if lora_rank else None)
 
-# SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): finish the step, save, exit
-stop_signal = threading.Event()
-
-def request_stop(signum, frame):
-    stop_signal.set()
-    tqdm.write(f"{signal.Signals(signum).name}: finishing this step, then checkpoint and exit")
-
-signal.signal(signal.SIGTERM, request_stop)
-signal.signal(signal.SIGINT, request_stop)
+stop_signal = stop_on_signals()  # SIGTERM / SIGINT (preemption, Ctrl-C): finish the step, save, exit
 # the RNG states go back last, after everything that may draw from them while loading
 start_step = state['step'] if resume else 0
 saved_step = start_step if resume else None  # the step of this run's latest checkpoint (summary)

@@ -43,7 +43,8 @@ from checkpoint import load_optimizers, save_optimizers  # noqa: E402
 from critic import critic_advantages, critic_update  # noqa: E402
 from lora import ALL_LINEAR, adapters_off, add_lora  # noqa: E402
 from losses import CRITIC_LOSS_TYPES, VARIANTS, group_advantages, policy_loss  # noqa: E402
-from model import Scorer, backward_pass, completion_values, even_micro_batches, wrap  # noqa: E402
+from model import (Scorer, all_reduce_sum, backward_pass, completion_values,  # noqa: E402
+                   even_micro_batches, wrap)
 
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
@@ -102,12 +103,8 @@ def flat(params):  # FSDP's shards gathered whole
 
 
 def one_step(rows, ddp, micro):
-    def reduce_sum(x):  # train.py's: a dict of numbers summed over ranks
-        if not ddp:
-            return x
-        t = torch.tensor([float(x[k]) for k in sorted(x)], dtype=torch.float64)
-        dist.all_reduce(t)
-        return dict(zip(sorted(x), t.tolist()))
+    def reduce_sum(x):  # train.py's
+        return all_reduce_sum(x, 'cpu') if ddp else x
 
     model = policy()
     scorer = wrap(Scorer(model), parallel if ddp else None)

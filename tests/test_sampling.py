@@ -1,5 +1,6 @@
-"""DAPO dynamic sampling, with a fake rollout (no model): the verdicts are scripted; and
-make_batch, which pads the merged samples once."""
+"""DAPO dynamic sampling, with a fake rollout (no model): the verdicts are scripted; make_batch,
+which pads the merged samples once; fitting_prompts (the offline model's tokenizer), which skips
+the prompts longer than max_prompt_len."""
 import torch
 
 from rollout import dynamic_sample, make_batch
@@ -152,3 +153,20 @@ def test_ranks_stay_in_lockstep_while_one_rank_has_no_live_group():
     # 4 missing -> 2 prompts, then 4 - 2 = 2 -> 1, then max(4 - 3, 2) = 2 -> 1
     assert len(state["served"]) == 2 + 1 + 1 and stats["groups_live"] == 4
     assert samples["completions"][::G] == [f"prompt {p}" for p in state["served"]]
+
+
+def test_fitting_prompts_skips_the_long_prompts_and_says_how_many(capsys):
+    from transformers import AutoTokenizer
+    from conftest import MODEL_DIR
+    from rollout import encode_prompts, fitting_prompts
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
+    rows = [{'prompt': [{'role': 'user', 'content': 'What is 2 + 3?'}], 'answer': '5'},
+            {'prompt': [{'role': 'user', 'content': 'What is 2 + 3? ' * 20}], 'answer': '5'},
+            {'prompt': [{'role': 'user', 'content': 'What is 7 + 1?'}], 'answer': '8'}]
+    short = len(encode_prompts(tokenizer, [rows[0]['prompt']])[0])
+    kept = fitting_prompts(tokenizer, rows, short, 'train')  # a prompt of exactly max_len is kept
+    assert kept == [rows[0], rows[2]]
+    assert "train: 1 prompts longer than max_prompt_len=" in capsys.readouterr().out
+    assert fitting_prompts(tokenizer, rows, short - 1, 'test') == []
+    assert fitting_prompts(tokenizer, rows, 10_000, 'test') == rows
+    assert capsys.readouterr().out.count('longer than') == 1  # said only where one was skipped
