@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_optimizer_state_dict)
+from tqdm import tqdm
 
 from lora import merged_weights, save_adapter
 from model import save_critic
@@ -180,8 +181,7 @@ def stop_on_signals():
 
     def request_stop(signum, frame):
         stop.set()
-        print(f"{signal.Signals(signum).name}: finishing this step, then checkpoint and exit",
-              flush=True)
+        tqdm.write(f"{signal.Signals(signum).name}: finishing this step, then checkpoint and exit")
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)

@@ -7,8 +7,8 @@ against DAPO's token mean and Dr. GRPO). Not yet a task RL can start on: the bas
 was right in 0.3 % of 400 answers (100 problems x 4, T = 1, <= 128 tokens, 49 % cut there), and
 in 0.7 % with one worked example as a chat turn before the question (2-core AMD EPYC,
 2026-12-02); fewer numbers (--num_operands) are the next thing to try. Generated (no download),
-seeded, rows in the general format (see data/arithmetic/prepare.py), checked by rewards.TASKS['arithmetic'] (the one integer
-after the last '=': the final running total):
+seeded, rows in the general format (see data/arithmetic/prepare.py), checked by
+rewards.TASKS['arithmetic'] (the one integer after the last '=': the final running total):
     {"prompt": [{"role": "user", "content": "What is 3 + 5 + ...?  ..."}], "answer": "36",
      "meta": {"numbers": [3, 5, 2, 7, 4, 6, 1, 8]}}
 
