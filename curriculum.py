@@ -46,16 +46,17 @@ class Curriculum:
     def walk(self, order, cursor, n):
         """The next n rows of order (row indices, taken cyclically) from position cursor that are
         not cooling, and the position after them; the rows passed over are counted. When every
-        prompt cools down, none is passed over."""
-        rows, passed = [], 0
-        while len(rows) < n:
+        prompt of order cools down, none is passed over: the next n rows are taken as they come."""
+        if (self.skip_until[self.prompt[torch.as_tensor(order)]] > self.step).all():
+            return [order[(cursor + j) % len(order)] for j in range(n)], cursor + n
+        rows = []
+        while len(rows) < n:  # ends: some row of order is not cooling
             row = order[cursor % len(order)]
             cursor += 1
-            if passed < len(order) and self.cooling(row):
-                passed += 1
-                continue
-            rows.append(row)
-        self.skipped += passed
+            if self.cooling(row):
+                self.skipped += 1
+            else:
+                rows.append(row)
         return rows, cursor
 
     def observe(self, rows, correct, group_size):

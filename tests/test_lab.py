@@ -97,8 +97,9 @@ def test_the_walk_passes_over_the_rows_of_a_cooling_prompt_and_counts_them():
     assert c.walk(order, 4, 3) == ([1, 2, 1], 10) and c.stats()['curriculum/skipped'] == 3
     c.observe([1, 2], groups(0, 4), G)  # now all three prompts cool
     c.end_step()
-    assert c.walk(order, 0, 2) == ([3, 1], 6)  # 4 positions passed over (all of them), then taken
-    assert c.stats()['curriculum/skipped'] == 4
+    assert c.walk(order, 0, 2) == ([3, 1], 2)  # every prompt cools: taken as they come
+    assert c.stats()['curriculum/skipped'] == 0
+    assert c.walk(order, 3, 3) == ([2, 3, 1], 6)  # cyclically, from any position
 
 
 def test_the_curriculum_state_round_trips_and_refuses_other_data():
