@@ -3,10 +3,11 @@ Long answers for the length claims: "What is 3 + 5 + 2 + 7 + 4 + 6 + 1 + 8? Add 
 a time, writing each running total." With the working shown ("3 + 5 = 8, 8 + 2 = 10, ...") an
 answer runs to ~70 tokens; without it ("... = 36") to ~20: the length is the model's to choose, so
 a loss that favours short or long answers can move it (seed 000's length bias: GRPO's 1/|o_i|
-against DAPO's token mean and Dr. GRPO). Not yet a task RL can start on: the base SmolLM2-135M
-was right in 0.3 % of 400 answers (100 problems x 4, T = 1, <= 128 tokens, 49 % cut there), and
-in 0.7 % with one worked example as a chat turn before the question (2-core AMD EPYC,
-2026-12-02); fewer numbers (--num_operands) are the next thing to try. Generated (no download),
+against DAPO's token mean and Dr. GRPO; lab.py's length_bias study). The base SmolLM2-135M's
+held-out accuracy (100 problems x 4, T = 1, <= 128 tokens; 2-core AMD EPYC, 2026-12-02): 8
+numbers 0.3 % (0.7 % with one worked example as a chat turn before the question), 5 numbers 1.0 %,
+4 numbers 1.25 %, 3 numbers 1.75 % (pass@4 7 %, 87 tokens, 41 % cut at 128): 3 numbers start
+about where the 2-digit addition task does (2-3 %), which GRPO learns. Generated (no download),
 seeded, rows in the general format (see data/arithmetic/prepare.py), checked by
 rewards.TASKS['arithmetic'] (the one integer after the last '=': the final running total):
     {"prompt": [{"role": "user", "content": "What is 3 + 5 + ...?  ..."}], "answer": "36",
