@@ -44,10 +44,11 @@ class Curriculum:
         return bool(self.skip_until[self.prompt[row]] > self.step)
 
     def walk(self, order, cursor, n):
-        """The next n rows of order (row indices, taken cyclically) from position cursor that are
-        not cooling, and the position after them; the rows passed over are counted. When every
-        prompt of order cools down, none is passed over: the next n rows are taken as they come."""
-        if (self.skip_until[self.prompt[torch.as_tensor(order)]] > self.step).all():
+        """The next n rows of order (every row's index once, taken cyclically) from position
+        cursor that are not cooling, and the position after them; the rows passed over are
+        counted. When every prompt cools down, none is passed over: the next n rows are taken as
+        they come."""
+        if (self.skip_until > self.step).all():
             return [order[(cursor + j) % len(order)] for j in range(n)], cursor + n
         rows = []
         while len(rows) < n:  # ends: some row of order is not cooling

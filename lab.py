@@ -36,10 +36,10 @@ PREPARE = {'data/arithmetic_2digit': TWO_DIGITS + ['--out_dir=data/arithmetic_2d
            # 100 training rows (the same held-out pairs): every prompt comes back every 12.5 steps
            'data/arithmetic_2digit_100': TWO_DIGITS + ['--num_train=100',
                                                        '--out_dir=data/arithmetic_2digit_100']}
-# 3 one-digit numbers, each running total shown: answers of ~90 tokens (165 problems in all)
-PREPARE['data/running_sum_3'] = ['data/running_sum/prepare.py', '--num_operands=3', '--num_test=100',
-                                 '--out_dir=data/running_sum_3']
 PREPARE.update({'data/multiply': ['data/multiply/prepare.py'],
+                # 3 one-digit numbers, each running total shown: ~90-token answers, 165 problems
+                'data/running_sum_3': ['data/running_sum/prepare.py', '--num_operands=3',
+                                       '--num_test=100', '--out_dir=data/running_sum_3'],
                 'data/multiply_notool': ['data/multiply/prepare.py', '--tool=0',
                                          '--out_dir=data/multiply_notool']})
 CONTROL = {'reward_control': 'random'}
