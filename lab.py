@@ -160,6 +160,27 @@ STUDIES = {
                   ('dr_grpo', 'grpo', 'completion_len_wrong', 'lower'),
                   ('token_mean', 'grpo', 'eval/accuracy', 'not lower'),
                   ('dr_grpo', 'grpo', 'eval/accuracy', 'not lower')]),
+    'length_penalty': dict(
+        claim="Overthinking -> Kimi k1.5's length reward (seed 000's map): within each group, "
+              "lambda_i = 0.5 - (len_i - min len) / (max len - min len); a right answer gets "
+              "lambda_i, a wrong one min(0, lambda_i) (a short wrong answer is not praised), "
+              "switched on after a warm-up (it slows early learning). The answers shorten and "
+              "the accuracy holds. Here a right answer is either the sum alone ('137', 4 tokens "
+              "with the end) or the sum restated ('83 + 54 = 137.', 13 tokens): the reward "
+              "should pick the short form.",
+        prediction="kimi's answers over the last 3 of 20 steps are shorter than grpo's "
+                   "(completion_len), beyond the seed spread, and its held-out accuracy at step "
+                   "20 is not lower. (Risks: in the overlong study a shaping term as large as the "
+                   "task reward made short wrong answers win; in a probe on this task, fp32, "
+                   "format_coef=0.2 made the bare number win by step 3, while every group was "
+                   "still all wrong, and the bare numbers stayed wrong (reward 0.2 a step to "
+                   "step 24): the restated sum may be what carries the digits. Kimi's min(0, "
+                   "lambda) for wrong answers and the warm-up of 5 steps are meant to prevent "
+                   "that.)",
+        config=HARD, steps=20, baseline='grpo', common={'eval_interval': 10},
+        arms={'grpo': {}, 'kimi': {'length_reward_coef': 1.0, 'length_reward_warmup': 5}},
+        verdicts=[('kimi', 'grpo', 'completion_len', 'lower'),
+                  ('kimi', 'grpo', 'eval/accuracy', 'not lower')]),
     'demo_decline': dict(
         claim="The 1-digit demo's held-out accuracy peaked at step 10 and fell by step 30 (78.5 -> "
               "72.3 %, one seed on an AVX2 EPYC). After ~10 steps the entropy has collapsed and "
