@@ -196,6 +196,21 @@ STUDIES = {
         # the fall was measured on an AVX2 CPU, where dtype 'auto' is fp32
         arms={'grpo': {}, 'decay': {'decay_lr': True, 'min_lr': 2e-6}, 'fp32': {'dtype': 'float32'}},
         verdicts=[('decay', 'grpo', 'eval/accuracy', 'not lower')]),
+    'demo_fall': dict(
+        claim="demo_decline found the demo's fall in fp32 only (one seed 0.810 -> 0.593 from step "
+              "15 to 30, one 0.815 -> 0.780), not in 3 bf16 seeds, where the climb is slower and "
+              "had not peaked by step 30: the fall comes after the peak, when the policy has "
+              "turned sharp and a problem whose answers all agree on a wrong tens digit gets no "
+              "gradient back. The cosine decay (decay_lr) shrinks the late steps that move whole "
+              "problems between right and wrong; in bf16 it only slowed the climb, so its effect "
+              "on the fall is untested. Here both arms run in fp32 (dtype 'auto' on an AVX2 CPU).",
+        prediction="grpo falls after its peak in at least one of 3 seeds by more than two eval "
+                   "noises (0.04); decay's step-30 accuracy is higher than grpo's, beyond the "
+                   "seed spread, because its seeds do not fall.",
+        config='config/cpu_demo.py', steps=30, baseline='grpo',
+        common={'eval_interval': 5, 'dtype': 'float32'},
+        arms={'grpo': {}, 'decay': {'decay_lr': True, 'min_lr': 2e-6}},
+        verdicts=[('decay', 'grpo', 'eval/accuracy', 'higher')]),
     'tool_use': dict(
         claim="Tools (issue #29): 3-digit x 2-digit products are beyond a 135M model's head (the "
               "base model is right in 0-0.8 % of its answers); shown a calculator in one example "
