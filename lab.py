@@ -211,6 +211,23 @@ STUDIES = {
         common={'eval_interval': 5, 'dtype': 'float32'},
         arms={'grpo': {}, 'decay': {'decay_lr': True, 'min_lr': 2e-6}},
         verdicts=[('decay', 'grpo', 'eval/accuracy', 'higher')]),
+    'entropy_control': dict(
+        claim="Entropy collapse -> entropy control (Cui et al. 2025; seed 000: entropy change ~ "
+              "-Cov(log pi, A)): a few tokens of high covariance drive the collapse; KL-Cov puts a "
+              "|log pi - log pi_old| penalty on the top 0.2 % of them by covariance and drops the "
+              "clip, and the entropy stays ~10x above GRPO's. The picks are per micro-batch (16 "
+              "answers, ~190 tokens): at least one token each, 4 of a step's ~770 (0.5 %). The "
+              "penalty acts off-policy only (|log ratio| is 0 on the first pass): both arms take "
+              "2 passes. KL-Cov trains every row (its picks need every row), so its steps cost "
+              "more. An entropy bonus (entropy_coef 3e-3, one seed) blew the entropy up to 8.5 "
+              "nats in 7 steps.",
+        prediction="kl_cov's entropy over the last 3 steps is higher than grpo's, beyond the seed "
+                   "spread, and its held-out accuracy at step 20 is no lower.",
+        config=HARD, steps=20, baseline='grpo', common={'eval_interval': 20},
+        arms={'grpo': {'num_iterations': 2},
+              'kl_cov': {'num_iterations': 2, 'loss_type': 'kl_cov'}},
+        verdicts=[('kl_cov', 'grpo', 'entropy', 'higher'),
+                  ('kl_cov', 'grpo', 'eval/accuracy', 'not lower')]),
     'tool_use': dict(
         claim="Tools (issue #29): 3-digit x 2-digit products are beyond a 135M model's head (the "
               "base model is right in 0-0.8 % of its answers); shown a calculator in one example "
