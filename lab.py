@@ -29,7 +29,7 @@ import plot
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 # the 2-digit addition task, where GRPO plateaus and swings; how to make its data
-HARD = 'config/cpu_hard.py'
+HARD = 'config/cpu_2digit.py'
 TWO_DIGITS = ['data/arithmetic/prepare.py', '--min_operand=10', '--max_operand=99',
               '--num_test=200']
 PREPARE = {'data/arithmetic_2digit': TWO_DIGITS + ['--out_dir=data/arithmetic_2digit'],

@@ -1,11 +1,17 @@
-# The 2-digit addition task (10..99 + 10..99), where GRPO plateaus and swings: lab.py's task.
+# The best recipe found on the 2-digit addition task (docs/lab.md, "A 90 % recipe"): the demo's GRPO
+# with DAPO's Clip-Higher and dynamic sampling, 2 passes over each batch, and the rate decayed.
 #   python data/arithmetic/prepare.py --min_operand=10 --max_operand=99 --num_test=200 \
 #       --out_dir=data/arithmetic_2digit
 #   python train.py config/cpu_hard.py
-# The recipe here is still the demo's GRPO: one that reaches and holds >= 90 % held-out within 20
-# minutes on 2 cores is not found yet (docs/lab.md).
-exec(open('config/cpu_demo.py').read())
+# Measured on a 2-core AVX2 CPU (fp32), 2026-12-03, 3 seeds: held out 0.80-0.83 at step 30 and
+# 0.89-0.91 at step 60 (~53 min on 2 cores, not the 20 the lab aims at); seed 0 held 0.92 at 90.
+# Plain GRPO (config/cpu_2digit.py, 45 steps), seeds 0 and 1: 0.65-0.68 at step 45.
+exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
-data_dir = 'data/arithmetic_2digit'
-eval_problems = 200           # 200 problems x 4 samples: about +-0.02 from the samples alone
-max_iters = 40
+eps_high = 0.28               # Clip-Higher: the upper clip at 1.28, the lower stays at 0.8
+dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)
+num_iterations = 2            # 2 passes over each batch, the second one clipped
+decay_lr = True               # cosine from learning_rate (2e-5) down to min_lr over max_iters
+min_lr = 2e-6
+max_iters = 90
+eval_interval = 30

@@ -242,7 +242,7 @@ def test_the_lab_page_gives_each_prediction_its_verdict_by_the_seed_spread(tmp_p
         for seed, final in enumerate(values):
             run_dirs.append(str(tmp_path / 'runs' / f'{arm}_s{seed}'))
             fake_run(tmp_path / 'runs' / f'{arm}_s{seed}', [0.05, final / 2, final], entropy=0.5)
-    study = dict(claim='C.', prediction='P.', config='config/cpu_hard.py', steps=20,
+    study = dict(claim='C.', prediction='P.', config='config/cpu_2digit.py', steps=20,
                  baseline='grpo', arms={'grpo': {}, 'close': {}, 'lonely': {}},
                  verdicts=[('grpo', 'random_reward', 'eval/accuracy', 'higher'),
                            ('close', 'grpo', 'eval/accuracy', 'higher'),

@@ -13,7 +13,7 @@ then measures the skill, not recall of the training prompts (or of their mirror 
 
     python data/arithmetic/prepare.py [--min_operand=1 --max_operand=20 --num_test=100 --seed=0]
     python data/arithmetic/prepare.py --min_operand=10 --max_operand=99 --num_test=200 \
-        --out_dir=data/arithmetic_2digit      # the harder task of config/cpu_hard.py
+        --out_dir=data/arithmetic_2digit      # config/cpu_2digit.py, cpu_hard.py
 """
 import json
 import os
