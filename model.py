@@ -307,10 +307,12 @@ def backward_pass(net, mbs, loss_of, world_size=1):
 
 
 def micro_batches(batch, G, micro_batch_size, max_tokens_per_micro, device, even=False):
-    """Token-budget micro-batches: rows sorted by length (completion, then prompt) and packed
-    greedily while a micro-batch has at most micro_batch_size rows and max_tokens_per_micro tokens
-    through the body, padding included, each distinct prompt counted once (completion_hidden
-    shares it among the rows that answer it); each is cut to its own longest prompt and completion.
+    """Token-budget micro-batches: rows packed greedily while a micro-batch has at most
+    micro_batch_size rows and max_tokens_per_micro tokens through the body, padding included, each
+    distinct prompt counted once (completion_hidden shares it among the rows that answer it); each
+    is cut to its own longest prompt and completion. Rows go in by length (completion, then prompt:
+    the least padding) or group by group (each prompt through the body once), whichever puts fewer
+    tokens through the body.
     Rows i // G share a prompt (G: the group size; 1 where no prompt is shared). even (FSDP): as
     many micro-batches as on the rank with the most (even_micro_batches). Returns them (on device),
     the number of real tokens they put through the body and the fraction of their tokens that is
@@ -324,13 +326,23 @@ def micro_batches(batch, G, micro_batch_size, max_tokens_per_micro, device, even
         prompts = len({i // G for i in rows}) * max(prompt_len[i] for i in rows)
         return prompts + len(rows) * max(1, max(completion_len[i] for i in rows))
 
-    packs = [[]]
-    for i in sorted(range(len(prompt_len)), key=lambda i: (-completion_len[i], -prompt_len[i], i)):
-        rows = packs[-1] + [i]
-        if len(rows) > 1 and (len(rows) > micro_batch_size or tokens(rows) > max_tokens_per_micro):
-            packs.append([i])
-        else:
-            packs[-1] = rows
+    def pack(order):
+        packs = [[]]
+        for i in order:
+            rows = packs[-1] + [i]
+            if len(rows) > 1 and (len(rows) > micro_batch_size or tokens(rows) > max_tokens_per_micro):
+                packs.append([i])
+            else:
+                packs[-1] = rows
+        return packs
+
+    rows = range(len(prompt_len))
+    group_len = [max(completion_len[g * G:(g + 1) * G]) for g in range(-(-len(rows) // G))]
+    by_length = sorted(rows, key=lambda i: (-completion_len[i], -prompt_len[i], i))
+    # a group's rows side by side: its prompt runs once per micro-batch, not once per row
+    by_group = sorted(rows, key=lambda i: (-group_len[i // G], i // G, -completion_len[i], i))
+    # the packing with fewer tokens through the body (long shared prompts: by group)
+    packs = min(pack(by_length), pack(by_group), key=lambda packs: sum(map(tokens, packs)))
     mbs = []
     for rows in packs:
         p, c = max(prompt_len[i] for i in rows), max(1, max(completion_len[i] for i in rows))

@@ -151,8 +151,8 @@ gradient_checkpointing = False  # recompute activations in backward: less memory
 lora_rank = 0
 lora_alpha: float = None      # the scale is alpha / lora_rank; None: 32 (LoRA without regret's)
 lora_targets = 'all-linear'   # the decoder's projections, or a comma-separated list of their names
-# pi_old when num_iterations > 1: 'policy' (a no-grad pass) | 'rollout' (vLLM's log-probs, no pass:
-# verl's "bypass" mode; the clip absorbs the mismatch)
+# pi_old when num_iterations > 1: 'policy' (the first pass's own log-probs) | 'rollout' (vLLM's
+# log-probs: verl's "bypass" mode; the clip absorbs the mismatch)
 old_logp_source = 'policy'
 # A group whose answers all scored the same (advantages all 0) skips the update: it has no
 # gradient in losses whose every term is proportional to A (VARIANTS' skip_zero_adv; never
@@ -442,12 +442,10 @@ def trained_rows(batch):
 # score and update: micro-batches, the no-grad passes, the policy's optimizer passes
 @torch.no_grad()
 def score(mbs):
-    """The no-grad passes the loss needs, one each, into every micro-batch: pi_old (when
-    num_iterations > 1, or for ppo's KL reward; with num_iterations == 1 the batch is used once,
-    on-policy, so pi_old = pi_theta and the detached current log-probs serve), pi_ref (beta > 0) and
-    the critic's V_old (ppo / vapo)."""
-    need_old = num_iterations > 1 or (critic is not None and beta > 0)
-    need_old = need_old and 'old_logp' not in mbs[0]
+    """The no-grad passes the loss needs, one each, into every micro-batch: pi_old for ppo's KL
+    reward (the update's first pass takes its own detached log-probs as pi_old: the weights have
+    not moved yet), pi_ref (beta > 0) and the critic's V_old (ppo / vapo)."""
+    need_old = critic is not None and beta > 0 and 'old_logp' not in mbs[0]
     for key, net in [('old_logp', scorer if need_old else None), ('ref_logp', ref_scorer),
                      ('old_values', critic_scorer)]:
         # LoRA's pi_ref: the base model, the policy with its adapters off (lora.adapters_off)
@@ -478,7 +476,9 @@ def micro_batch_loss(mb, counts):
     micro-batches and ranks, to the batch loss), with the current log-probs, entropies and the loss
     statistics."""
     logp, entropy = scorer(mb)
-    old_logp = mb['old_logp'] if 'old_logp' in mb else logp.detach()
+    if 'old_logp' not in mb:  # the first pass: pi_old = pi_theta, kept for the passes after it
+        mb['old_logp'] = logp.detach()
+    old_logp = mb['old_logp']
     loss, stats = policy_loss(loss_type, logp, old_logp, mb['advantages'], mb['completion_mask'],
                               num_tokens=counts['tokens'], num_seqs=counts['seqs'],
                               ref_logp=mb.get('ref_logp'), entropy=entropy,

@@ -135,7 +135,7 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     kept = rows * step["completion_len"] - rows * step["truncated"] * 16
     assert step["trained_frac"] == 1
     assert step["train_completion_tokens"] == pytest.approx(2 * kept, abs=1e-6)
-    # num_iterations=2 scored pi_old in its own pass and beta > 0 loaded the reference model: with
+    # num_iterations=2 kept the first pass's log-probs as pi_old, beta > 0 loaded the reference: with
     # lr 0 the policy, pi_old and the reference are the same weights in both passes, so the ratio
     # is 1 and the k3 KL 0 on the tokens that survived (when every answer was cut, as bf16 kernels
     # made it on one CPU, there is none: the means are 0)
@@ -173,10 +173,10 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_old_logp_from_the_sampler_skips_the_old_pass(tmp_path, small_model, dtype):
+def test_old_logp_from_the_sampler_makes_the_ratio_the_rollout_mismatch(tmp_path, small_model, dtype):
     """old_logp_source='rollout' (verl's bypass): vLLM's log-probs are pi_old, so the ratio's
-    |log rho| is exactly the rollout/trainer mismatch (with lr 0, in both passes), not 0 as with a
-    pi_old pass by the trainer. In both dtypes (the engine serves the trainer's), on the 2-layer
+    |log rho| is exactly the rollout/trainer mismatch (with lr 0, in both passes), not 0 as with
+    the trainer's own first-pass log-probs. In both dtypes (the engine serves the trainer's), on the 2-layer
     model."""
     out_dir = str(tmp_path / "bypass")
     train(f"--out_dir={out_dir}", "--max_iters=1", "--eval_interval=0", "--rollout_engine=vllm",
