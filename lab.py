@@ -42,6 +42,21 @@ PREPARE.update({'data/multiply': ['data/multiply/prepare.py'],
                                        '--num_test=100', '--out_dir=data/running_sum_3'],
                 'data/multiply_notool': ['data/multiply/prepare.py', '--tool=0',
                                          '--out_dir=data/multiply_notool']})
+def config_values(path):
+    """The values a config file sets (run from the repository root, as train.py runs it: a config
+    may exec another by its path there)."""
+    scope, cwd = {}, os.getcwd()
+    os.chdir(ROOT)
+    try:
+        exec(open(path).read(), scope)
+    finally:
+        os.chdir(cwd)
+    return scope
+
+
+# the cures of config/cpu_hard.py, the best recipe found: what it sets over the task's config
+RECIPE = {k: v for k, v in config_values('config/cpu_hard.py').items()
+          if config_values(HARD).get(k) != v and k not in ('out_dir', 'max_iters', 'eval_interval')}
 CONTROL = {'reward_control': 'random'}
 # the 1-digit demo in fp32 (dtype 'auto' on an AVX2 CPU), evals every 5 steps: where its fall shows
 DEMO_FP32 = dict(config='config/cpu_demo.py', steps=30, baseline='grpo',
@@ -225,8 +240,7 @@ STUDIES = {
                    "and no recipe seed ends more than two eval noises (0.04) below its peak. "
                    "grpo's runs are demo_fall's (the same machine kind, config and seeds).",
         **DEMO_FP32,
-        arms={'grpo': {}, 'recipe': {'eps_high': 0.28, 'dynamic_sampling': True,
-                                     'num_iterations': 2, 'decay_lr': True, 'min_lr': 2e-6}},
+        arms={'grpo': {}, 'recipe': RECIPE},
         verdicts=[('recipe', 'grpo', 'eval/accuracy', 'higher')]),
     'entropy_control': dict(
         claim="Entropy collapse -> entropy control (Cui et al. 2025; seed 000: entropy change ~ "
@@ -267,13 +281,6 @@ def arm_file(out, name, overrides):
         f.write(f"# lab.py arm {name!r}: the study's config with these\n")
         f.writelines(f"{k} = {v!r}\n" for k, v in overrides.items())
     return path
-
-
-def config_values(path):
-    """The values a config file sets (it runs from the repository root, as train.py does)."""
-    scope = {}
-    exec(open(path).read(), scope)
-    return scope
 
 
 def elapsed_series(records, key):

@@ -311,7 +311,7 @@ def micro_batches(batch, G, micro_batch_size, max_tokens_per_micro, device, even
     micro_batch_size rows and max_tokens_per_micro tokens through the body, padding included, each
     distinct prompt counted once (completion_hidden shares it among the rows that answer it); each
     is cut to its own longest prompt and completion. Rows go in by length (completion, then prompt:
-    the least padding) or group by group (each prompt through the body once), whichever puts fewer
+    the least padding) or group by group (each prompt once per micro-batch), whichever puts fewer
     tokens through the body.
     Rows i // G share a prompt (G: the group size; 1 where no prompt is shared). even (FSDP): as
     many micro-batches as on the rank with the most (even_micro_batches). Returns them (on device),
@@ -337,10 +337,10 @@ def micro_batches(batch, G, micro_batch_size, max_tokens_per_micro, device, even
         return packs
 
     rows = range(len(prompt_len))
-    group_len = [max(completion_len[g * G:(g + 1) * G]) for g in range(-(-len(rows) // G))]
+    group_len = lambda i: max(completion_len[i // G * G:(i // G + 1) * G])  # its group's longest
     by_length = sorted(rows, key=lambda i: (-completion_len[i], -prompt_len[i], i))
     # a group's rows side by side: its prompt runs once per micro-batch, not once per row
-    by_group = sorted(rows, key=lambda i: (-group_len[i // G], i // G, -completion_len[i], i))
+    by_group = sorted(rows, key=lambda i: (-group_len(i), i // G, -completion_len[i], i))
     # the packing with fewer tokens through the body (long shared prompts: by group)
     packs = min(pack(by_length), pack(by_group), key=lambda packs: sum(map(tokens, packs)))
     mbs = []

@@ -279,3 +279,12 @@ def test_every_study_names_keys_the_trainer_has_and_data_the_lab_can_make():
         config_data = lab.config_values(os.path.join(ROOT, study["config"]))["data_dir"]
         for data in {o["data_dir"] for o in overrides if "data_dir" in o}:
             assert data in lab.PREPARE or data == config_data, (name, data)
+
+
+def test_the_demo_recipe_arm_is_the_recipes_cures():
+    """demo_recipe's arm is what config/cpu_hard.py sets over the 2-digit task's config: its five
+    cures, read from the file (its length, evals and out_dir aside)."""
+    import lab
+    assert lab.STUDIES['demo_recipe']['arms']['recipe'] == lab.RECIPE == {
+        'eps_high': 0.28, 'dynamic_sampling': True, 'num_iterations': 2, 'decay_lr': True,
+        'min_lr': 2e-6}
