@@ -3,9 +3,9 @@
 #   python data/arithmetic/prepare.py --min_operand=10 --max_operand=99 --num_test=200 \
 #       --out_dir=data/arithmetic_2digit
 #   python train.py config/cpu_hard.py
-# Measured on a 2-core AVX2 CPU (fp32), 2026-12-03, 3 seeds (4 runs): held out 0.80-0.83 at step
+# Measured on a 2-core AVX2 CPU (fp32), 2026-12-03, 3 seeds (5 runs): held out 0.80-0.83 at step
 # 30 and 0.86-0.91 at step 60 (53-64 min on 2 cores, not the 20 the lab aims at); seed 0 held
-# 0.92 at step 90, seed 2 0.905 at 75.
+# 0.91-0.92 at steps 60-90, seed 2 0.911 / 0.946 at 75 / 90 (81 min).
 # Plain GRPO (config/cpu_2digit.py, 45 steps), seeds 0 and 1: 0.65-0.68 at step 45.
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
