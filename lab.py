@@ -42,6 +42,8 @@ PREPARE.update({'data/multiply': ['data/multiply/prepare.py'],
                                        '--num_test=100', '--out_dir=data/running_sum_3'],
                 'data/multiply_notool': ['data/multiply/prepare.py', '--tool=0',
                                          '--out_dir=data/multiply_notool']})
+
+
 def config_values(path):
     """The values a config file sets (run from the repository root, as train.py runs it: a config
     may exec another by its path there)."""
@@ -55,8 +57,9 @@ def config_values(path):
 
 
 # the cures of config/cpu_hard.py, the best recipe found: what it sets over the task's config
+_task = config_values(HARD)
 RECIPE = {k: v for k, v in config_values('config/cpu_hard.py').items()
-          if config_values(HARD).get(k) != v and k not in ('out_dir', 'max_iters', 'eval_interval')}
+          if _task.get(k) != v and k not in ('out_dir', 'max_iters', 'eval_interval')}
 CONTROL = {'reward_control': 'random'}
 # the 1-digit demo in fp32 (dtype 'auto' on an AVX2 CPU), evals every 5 steps: where its fall shows
 DEMO_FP32 = dict(config='config/cpu_demo.py', steps=30, baseline='grpo',

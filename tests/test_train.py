@@ -176,8 +176,8 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path):
 def test_old_logp_from_the_sampler_makes_the_ratio_the_rollout_mismatch(tmp_path, small_model, dtype):
     """old_logp_source='rollout' (verl's bypass): vLLM's log-probs are pi_old, so the ratio's
     |log rho| is exactly the rollout/trainer mismatch (with lr 0, in both passes), not 0 as with
-    the trainer's own first-pass log-probs. In both dtypes (the engine serves the trainer's), on the 2-layer
-    model."""
+    the trainer's own first-pass log-probs. In both dtypes (the engine serves the trainer's), on
+    the 2-layer model."""
     out_dir = str(tmp_path / "bypass")
     train(f"--out_dir={out_dir}", "--max_iters=1", "--eval_interval=0", "--rollout_engine=vllm",
           "--num_iterations=2", "--old_logp_source=rollout", f"--init_from={small_model}",
