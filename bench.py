@@ -52,6 +52,7 @@ import tempfile
 import threading
 import time
 
+os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')  # as train.py sets it: its step, measured
 import torch
 
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -319,11 +320,11 @@ def child_profile(*args):
             prof.__enter__()
         sleep(engine)
 
-    def stop(engine, policy):  # called right after the update
+    def stop(engine, policy, *weights):  # called right after the update
         if steps[0] == 2:
             sync()
             prof.__exit__(None, None, None)
-        sync_weights(engine, policy)
+        sync_weights(engine, policy, *weights)
     rollout.sleep, rollout.sync_weights = start, stop
     sys.argv = ['train.py', *WORKLOAD, '--max_iters=2', '--ckpt_interval=-1',
                 f'--out_dir={tempfile.mkdtemp(prefix="bench_")}', *args]

@@ -6,6 +6,8 @@
 # Measured on a 2-core AVX2 CPU (fp32), 2026-12-03, 3 seeds (5 runs): held out 0.80-0.83 at step
 # 30 and 0.86-0.91 at step 60 (53-64 min on 2 cores, not the 20 the lab aims at); seed 0 held
 # 0.91-0.92 at steps 60-90, seed 2 0.911 / 0.946 at 75 / 90 (81 min).
+# On a 2-core Xeon with AMX (bf16), 2026-12-03, seed 0: 0.840 / 0.876 at steps 45 / 60 (18.9 / 25.2
+# min): 2.1x faster than fp32 on AVX2, still not 90 % within 20 minutes.
 # Plain GRPO (config/cpu_2digit.py, 45 steps), seeds 0 and 1: 0.65-0.68 at step 45.
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
