@@ -52,7 +52,6 @@ import tempfile
 import threading
 import time
 
-os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')  # as train.py sets it: its step, measured
 import torch
 
 device = 'cuda' if torch.cuda.is_available() else 'cpu'

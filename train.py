@@ -27,9 +27,6 @@ import random
 import sys
 import time
 
-# PyTorch's CPU allocator asks for 2 MB pages for its large tensors (read before torch allocates):
-# fewer page faults on the memory each step takes fresh, 11 % of a bf16 update (docs/performance.md)
-os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')
 import torch
 import torch.distributed as dist
 import transformers
