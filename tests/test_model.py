@@ -176,8 +176,8 @@ def packed_groups(prompt_len, completion_lens, micro_batch_size, G=4):
 def test_micro_batches_keep_a_groups_rows_together_when_that_is_cheaper():
     """Sorted by length, two groups whose answers alternate long and short would put both prompts
     into each micro-batch of 4 rows; packed group by group each prompt runs once: 2 x 40 body
-    tokens of prompt instead of 4 x 40, beside the answers' 76. With short prompts and answers of very different
-    lengths in each group the length order pads less, and is kept."""
+    tokens of prompt instead of 4 x 40, beside the answers' 76. With short prompts and answers of
+    very different lengths in each group the length order pads less, and is kept."""
     packs, real = packed_groups(40, [10, 9, 10, 9, 10, 9, 10, 9], micro_batch_size=4)
     assert packs == [[0, 0, 0, 0], [1, 1, 1, 1]] and real == 2 * 40 + 4 * 10 + 4 * 9
     packs, real = packed_groups(2, [100, 1, 100, 1, 100, 1, 100, 1], micro_batch_size=4)
