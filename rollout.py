@@ -365,12 +365,15 @@ def round_counts(correct, group_size):
 
 
 def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversample=1.5, max_rounds=10,
-                   reduce_sum=lambda x: x, world_size=1):
+                   reduce_sum=lambda x: x, world_size=1, trim=False):
     """DAPO's dynamic sampling (seed 000, "Dynamic Sampling"): a group whose G answers are all right or all
     wrong has zero advantage everywhere and only dilutes the batch. Generate, drop those degenerate groups,
     and generate more (oversample x the groups still missing, per round) until the step has at least
     prompts_per_step live groups, or max_rounds rounds have run (0: no bound; then proceed with what we have).
     Live groups beyond prompts_per_step are trained on too, not thrown away: they are as on-policy as the rest.
+    trim (DAPO's own recipe in verl): every rank samples until it has its share of the live groups
+    (prompts_per_step / world_size) and trains on exactly that share, the surplus dropped: a step's
+    update costs the same however many groups the last round brought.
 
     Under DDP every rank samples its own prompts, and the loop condition uses the live counts summed over
     ranks (reduce_sum), so all ranks take the same number of rounds; a rank still without a live group keeps
@@ -381,21 +384,30 @@ def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversamp
     this rank's live groups, round by round, or None if it has none; counts of this rank)."""
     kept, counts = {}, dict(gen_rounds=0, groups_sampled=0, groups_degenerate=0, groups_live=0,
                             samples=0, samples_correct=0.0)
+    share = prompts_per_step // world_size
     while True:
-        total_live, ranks_without = reduce_sum(counts['groups_live']), reduce_sum(int(counts['groups_live'] == 0))
-        enough = total_live >= prompts_per_step and ranks_without == 0
+        have = counts['groups_live']
+        if trim:  # every rank has its share; this rank samples for its missing groups
+            enough = reduce_sum(int(have < share)) == 0
+            n_prompts = math.ceil(max(share - have, 1) * oversample)
+        else:  # the step has its groups and every rank one; the ranks share the missing ones
+            total_live, ranks_without = reduce_sum(have), reduce_sum(int(have == 0))
+            enough = total_live >= prompts_per_step and ranks_without == 0
+            n_prompts = math.ceil(max(prompts_per_step - total_live, world_size) * oversample / world_size)
         if enough or (max_rounds and counts['gen_rounds'] >= max_rounds):
             break
         counts['gen_rounds'] += 1
-        missing = max(prompts_per_step - total_live, world_size)
-        samples = rollout_fn(next_rows(math.ceil(missing * oversample / world_size)))
+        samples = rollout_fn(next_rows(n_prompts))
         new, live = round_counts(samples['correct'], group_size)
         counts.update({k: counts[k] + v for k, v in new.items()})
-        # every live group is kept, the surplus of the last round too
+        # every live group is kept, the surplus of the last round too (trim: dropped below)
         if len(live):
             rows = (live[:, None] * group_size + torch.arange(group_size)).flatten().tolist()
             # this round's live rows after the earlier rounds' (HF's rollout_logp None stays None)
             kept = {k: None if v is None else kept.get(k, []) + [v[i] for i in rows]
                     for k, v in samples.items()}
             counts['groups_live'] += len(live)
+    if trim and counts['groups_live'] > share:  # the first share live groups, in the order sampled
+        kept = {k: None if v is None else v[:share * group_size] for k, v in kept.items()}
+        counts['groups_live'] = share
     return kept or None, counts

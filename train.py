@@ -83,6 +83,7 @@ top_k = 0
 dynamic_sampling = False      # DAPO: drop groups whose answers all agree, sample more
 oversample = 1.5              # dynamic sampling: each round samples this x the missing groups
 max_gen_batches = 10          # dynamic sampling: at most this many rounds per step (0: unlimited)
+trim_surplus = False          # dynamic sampling: train on prompts_per_step live groups, no more (DAPO)
 mask_truncated = False        # DAPO overlong filtering: no loss on completions cut at the limit
 # pass-rate curriculum (curriculum.py): a prompt whose groups were all right (or all wrong) in this
 # many of its steps in a row is passed over for curriculum_cooldown steps (0: off)
@@ -394,7 +395,7 @@ def sample(step):
     update) and the sampling record."""
     if dynamic_sampling:
         samples, counts = dynamic_sample(next_rows, train_rollout, prompts_per_step, group_size,
-                                         oversample, max_gen_batches, reduce_sum, world_size)
+                                         oversample, max_gen_batches, reduce_sum, world_size, trim_surplus)
     else:
         samples = train_rollout(next_rows(prompts_per_step // world_size))
         counts = round_counts(samples['correct'], group_size)[0]  # degenerate: teaches nothing

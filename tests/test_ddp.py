@@ -72,15 +72,17 @@ def rank_1_all_wrong(tmp_path, n_rows=40):
     return data
 
 
-def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp_path):
+@pytest.mark.parametrize("trim", [False, True])
+def test_dynamic_sampling_lockstep_when_one_rank_sees_only_degenerate_groups(tmp_path, trim):
     """Rank 1 sees only all-wrong groups: both ranks take the same rounds, skip the update together,
-    and the run ends instead of hanging."""
+    and the run ends instead of hanging; also with trim_surplus, where rank 0 has its share after
+    a round and keeps sampling beside rank 1 (one all-reduce a round, not two)."""
     data = rank_1_all_wrong(tmp_path)
     out_dir = str(tmp_path / "run")
     torchrun("train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", f"--data_dir={data}",
              "--rollout_engine=hf", "--prompts_per_step=2", "--group_size=4", "--max_new_tokens=8",
              "--eval_interval=0", "--ckpt_interval=-1", "--max_iters=2", "--dynamic_sampling=True",
-             "--max_gen_batches=2",
+             "--max_gen_batches=2", f"--trim_surplus={trim}",
              timeout=600)
     steps = records(out_dir)
     assert [r["step"] for r in steps] == [1, 2]

@@ -281,10 +281,10 @@ def test_every_study_names_keys_the_trainer_has_and_data_the_lab_can_make():
             assert data in lab.PREPARE or data == config_data, (name, data)
 
 
-def test_the_demo_recipe_arm_is_the_recipes_cures():
-    """demo_recipe's arm is what config/cpu_hard.py sets over the 2-digit task's config: its five
+def test_the_hard_recipe_arm_is_the_recipes_cures():
+    """hard_recipe's arm is what config/cpu_hard.py sets over the 2-digit task's config: its
     cures, read from the file (its length, evals and out_dir aside)."""
     import lab
-    assert lab.STUDIES['demo_recipe']['arms']['recipe'] == lab.RECIPE == {
-        'eps_high': 0.28, 'dynamic_sampling': True, 'num_iterations': 2, 'decay_lr': True,
-        'min_lr': 2e-6}
+    assert lab.STUDIES['hard_recipe']['arms']['recipe'] == lab.RECIPE == {
+        'dynamic_sampling': True, 'oversample': 3, 'trim_surplus': True, 'num_iterations': 1,
+        'micro_batch_size': 64, 'learning_rate': 3e-5, 'decay_lr': True, 'min_lr': 3e-6}

@@ -89,6 +89,33 @@ def test_partial_fill_after_the_bound_keeps_what_it_found():
     assert samples["completions"] == ["prompt 2"] * G
 
 
+def test_trim_trains_on_exactly_the_share_and_keeps_sampling_while_a_rank_lacks_one():
+    """trim (DAPO in verl): one round of 16 prompts brings 6 live groups, the first 4 train. Under
+    DDP (2 ranks, scripted): this rank has its share after round 1 but samples one more prompt per
+    round while the other rank lacks its share, then trains on its first 2 groups all the same."""
+    verdicts = {p: ([1, 0, 0, 1] if p % 3 == 0 else [1] * G) for p in range(20)}
+    next_rows, state = cursor(20)
+    samples, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=4.0,
+                                    max_rounds=0, trim=True)
+    assert len(state["served"]) == 16 and stats["gen_rounds"] == 1
+    assert stats["groups_live"] == 4 and stats["groups_sampled"] == 16
+    assert samples["completions"][::G] == ["prompt 0", "prompt 3", "prompt 6", "prompt 9"]
+    assert len(samples["correct"]) == len(samples["completion_ids"]) == 4 * G
+    calls = []
+
+    def reduce_sum(x):  # the other rank lacks its share at the first two checks
+        calls.append(x)
+        return x + (1 if len(calls) <= 2 else 0)
+
+    verdicts = {p: [1, 0, 1, 1] for p in range(100)}
+    next_rows, state = cursor(100)
+    samples, stats = dynamic_sample(next_rows, fake_rollout(verdicts), 4, G, oversample=1.0,
+                                    max_rounds=0, reduce_sum=reduce_sum, world_size=2, trim=True)
+    # share 2: 2 prompts, then 1 (max(share - have, 1)); trimmed to the first 2
+    assert calls == [1, 0, 0] and stats["gen_rounds"] == 2 and len(state["served"]) == 3
+    assert stats["groups_live"] == 2 and samples["completions"][::G] == ["prompt 0", "prompt 1"]
+
+
 def test_make_batch_pads_prompts_left_and_completions_right_once():
     """Two rounds' samples merged as dynamic_sample merges them (list concatenation), then padded:
     prompts to the widest on the left, completions to the longest on the right; the trainer's
