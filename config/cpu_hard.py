@@ -4,10 +4,11 @@
 #   python data/arithmetic/prepare.py --min_operand=10 --max_operand=99 --num_test=200 \
 #       --out_dir=data/arithmetic_2digit
 #   python train.py config/cpu_hard.py
-# Measured on a 2-core Intel Xeon with AMX (bf16), 2026-12-03, seed 0: held out 0.723 / 0.811 /
-# 0.886 / 0.902 at steps 25 / 50 / 75 / 100 in 5.3 / 9.6 / 14.3 / 19.3 min (docs/lab.md has the
-# other seeds and GRPO beside it). The 2-pass recipe before it (Clip-Higher, num_iterations=2,
-# 4 micro-batches a pass, lr 2e-5) held 0.88-0.95 at step 60-90 but took 25 min to step 60 there.
+# Measured on a 2-core Intel Xeon with AMX (bf16), 2026-12-03, 3 seeds (lab.py's hard_recipe):
+# held out 0.84-0.89 at step 75 and 0.892 / 0.902 / 0.907 at step 100 in 18.7-20.6 min; plain
+# GRPO over the same steps and seeds 0.761-0.776. The 2-pass recipe before it (Clip-Higher,
+# num_iterations=2, 4 micro-batches a pass, lr 2e-5) held 0.88-0.95 at steps 60-90 in fp32 (53-81
+# min on an AVX2 EPYC); on that Xeon it took 25 min to step 60 (0.876).
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
 dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)
