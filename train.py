@@ -395,7 +395,8 @@ def sample(step):
     update) and the sampling record."""
     if dynamic_sampling:
         samples, counts = dynamic_sample(next_rows, train_rollout, prompts_per_step, group_size,
-                                         oversample, max_gen_batches, reduce_sum, world_size, trim_surplus)
+                                         oversample, max_gen_batches, reduce_sum, world_size,
+                                         trim_surplus)
     else:
         samples = train_rollout(next_rows(prompts_per_step // world_size))
         counts = round_counts(samples['correct'], group_size)[0]  # degenerate: teaches nothing
