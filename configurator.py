@@ -170,6 +170,9 @@ if tis_mode != 'none' and rollout_engine != 'vllm':
 if parallel == 'fsdp' and rollout_engine != 'vllm':
     config_error("parallel='fsdp' needs rollout_engine='vllm': HF generate runs the model's own "
                  "forward, which does not gather the sharded weights")
+if screen_size and not (dynamic_sampling and 2 <= screen_size < group_size):
+    config_error(f"screen_size={screen_size} needs dynamic_sampling=True and 2 <= screen_size < "
+                 f"group_size={group_size} (the screen's answers must be able to disagree)")
 if lora_rank == 0 and lora_alpha is not None:
     config_error(f"lora_alpha={lora_alpha} is set but lora_rank=0 (LoRA off): set lora_rank too")
 if old_logp_source == 'rollout' and (rollout_engine != 'vllm' or tis_mode != 'none'):

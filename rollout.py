@@ -364,8 +364,30 @@ def round_counts(correct, group_size):
             'groups_sampled': len(correct), 'groups_degenerate': len(correct) - len(live)}, live
 
 
+def screened_round(rows, rollout_fn, group_size, screen, wanted=None):
+    """One round of dynamic sampling with a screen (not in the seeds): `screen` answers for every
+    prompt first, then the other group_size - screen only for the prompts whose first answers
+    disagree (the first `wanted` of them; None: all). Such a group is live whatever its other
+    answers say, and the prompts whose screen agrees (late in training nearly all, all right) cost
+    `screen` answers instead of G. The price: a prompt whose screen agrees by chance is passed over
+    (at a pass rate p, with probability p^screen + (1-p)^screen), so the groups kept lean to the
+    middle pass rates. Returns the open groups' samples (G answers each, the screen's first) and the
+    round's counts (round_counts'; the prompts whose screen agreed are its degenerate groups)."""
+    k, m = screen, group_size - screen
+    first = rollout_fn(rows, k)
+    counts, open_ = round_counts(first['correct'], k)
+    open_ = open_.tolist()[:wanted]
+    rest = rollout_fn([rows[i] for i in open_], m)
+    counts['samples'] += len(rest['correct'])
+    counts['samples_correct'] += sum(rest['correct'])
+
+    def groups(v, w):  # each open prompt's screen answers, then its m others
+        return [x for j, i in enumerate(open_) for x in v[i * k:(i + 1) * k] + w[j * m:(j + 1) * m]]
+    return {key: None if v is None else groups(v, rest[key]) for key, v in first.items()}, counts
+
+
 def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversample=1.5, max_rounds=10,
-                   reduce_sum=lambda x: x, world_size=1, trim=False):
+                   reduce_sum=lambda x: x, world_size=1, trim=False, screen=0):
     """DAPO's dynamic sampling (seed 000, "Dynamic Sampling"): a group whose G answers are all right or all
     wrong has zero advantage everywhere and only dilutes the batch. Generate, drop those degenerate groups,
     and generate more (oversample x the groups still missing, per round) until the step has at least
@@ -373,15 +395,17 @@ def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversamp
     Live groups beyond prompts_per_step are trained on too, not thrown away: they are as on-policy as the rest.
     trim (DAPO's own recipe in verl): every rank samples until it has its share of the live groups
     (prompts_per_step / world_size) and trains on exactly that share, the surplus dropped: a step's
-    update costs the same however many groups the last round brought.
+    update costs the same however many groups the last round brought. screen: screened_round's
+    (0: off; every prompt gets its G answers at once).
 
     Under DDP every rank samples its own prompts, and the loop condition uses the live counts summed over
     ranks (reduce_sum), so all ranks take the same number of rounds; a rank still without a live group keeps
     the others generating until it has one or the bound is hit.
-    next_rows(n) -> n dataset rows; rollout_fn(rows) -> samples (generate's per-sample lists) with a
-    'correct' list of floats. The samples are still unpadded, so keeping a group and merging rounds
-    are list operations; make_batch pads the result once, at its final width. Returns (samples of
-    this rank's live groups, round by round, or None if it has none; counts of this rank)."""
+    next_rows(n) -> n dataset rows; rollout_fn(rows, n) -> samples, n a row (generate's per-sample
+    lists) with a 'correct' list of floats. The samples are still unpadded, so keeping a group and
+    merging rounds are list operations; make_batch pads the result once, at its final width.
+    Returns (samples of this rank's live groups, round by round, or None if it has none; counts of
+    this rank)."""
     kept, counts = {}, dict(gen_rounds=0, groups_sampled=0, groups_degenerate=0, groups_live=0,
                             samples=0, samples_correct=0.0)
     share = prompts_per_step // world_size
@@ -397,8 +421,14 @@ def dynamic_sample(next_rows, rollout_fn, prompts_per_step, group_size, oversamp
         if enough or (max_rounds and counts['gen_rounds'] >= max_rounds):
             break
         counts['gen_rounds'] += 1
-        samples = rollout_fn(next_rows(n_prompts))
-        new, live = round_counts(samples['correct'], group_size)
+        rows = next_rows(n_prompts)
+        if screen:  # every group it returns is live; trim: only as many as this rank lacks
+            samples, new = screened_round(rows, rollout_fn, group_size, screen,
+                                          share - have if trim else None)
+            live = torch.arange(len(samples['correct']) // group_size)
+        else:
+            samples = rollout_fn(rows, group_size)
+            new, live = round_counts(samples['correct'], group_size)
         counts.update({k: counts[k] + v for k, v in new.items()})
         # every live group is kept, the surplus of the last round too (trim: dropped below)
         if len(live):

@@ -84,6 +84,8 @@ dynamic_sampling = False      # DAPO: drop groups whose answers all agree, sampl
 oversample = 1.5              # dynamic sampling: each round samples this x the missing groups
 max_gen_batches = 10          # dynamic sampling: at most this many rounds per step (0: unlimited)
 trim_surplus = False          # dynamic sampling: train on prompts_per_step live groups, no more (DAPO)
+screen_size = 0               # dynamic sampling: this many answers a prompt first, the rest of its G
+                              # only if they disagree (rollout.screened_round; 0: all G at once)
 mask_truncated = False        # DAPO overlong filtering: no loss on completions cut at the limit
 # pass-rate curriculum (curriculum.py): a prompt whose groups were all right (or all wrong) in this
 # many of its steps in a row is passed over for curriculum_cooldown steps (0: off)
@@ -374,18 +376,18 @@ def rollout(rows, G, tool_calls=max_tool_calls):
     samples['correct'] = [verify(c, a) for c, a in zip(samples['completions'], samples['answer'])]
     return samples
 
-def train_rollout(rows):
-    """rollout() of training rows, G samples each. With reward_control, the verdicts the trainer
+def train_rollout(rows, n=group_size):
+    """rollout() of training rows, n samples each. With reward_control, the verdicts the trainer
     rewards are the control's (the verifier's are kept as 'true_correct', for the log); the
     curriculum records each group's verdicts."""
-    samples = rollout(rows, group_size)
+    samples = rollout(rows, n)
     if reward_control != 'none':  # 'shuffled': the answer of the next row of the data
         others = [train_rows[(row['index'] + 1) % len(train_rows)]['answer'] for row in rows]
         coin = random.Random(seed * 1_000_003 + data_cursor * world_size + rank)  # ('random')
-        verdicts = control_verdicts(reward_control, samples, others, group_size, verify, coin)
+        verdicts = control_verdicts(reward_control, samples, others, n, verify, coin)
         samples['true_correct'], samples['correct'] = samples['correct'], verdicts
     if curriculum:
-        curriculum.observe([row['index'] for row in rows], samples['correct'], group_size)
+        curriculum.observe([row['index'] for row in rows], samples['correct'], n)
     return samples
 
 def sample(step):
@@ -396,7 +398,7 @@ def sample(step):
     if dynamic_sampling:
         samples, counts = dynamic_sample(next_rows, train_rollout, prompts_per_step, group_size,
                                          oversample, max_gen_batches, reduce_sum, world_size,
-                                         trim_surplus)
+                                         trim_surplus, screen_size)
     else:
         samples = train_rollout(next_rows(prompts_per_step // world_size))
         counts = round_counts(samples['correct'], group_size)[0]  # degenerate: teaches nothing

@@ -45,6 +45,9 @@ BAD = [
     (["--lora_alpha=16"], "lora_alpha=16.0 is set but lora_rank=0 (LoRA off): set lora_rank too"),
     (["--reward_control=coin"], "reward_control='coin'; valid: none, random, shuffled"),
     (["--tool=calculator"], "tool='calculator'; valid: calc"),
+    (["--screen_size=2"], "screen_size=2 needs dynamic_sampling=True and 2 <= screen_size < "),
+    (["--dynamic_sampling=True", "--screen_size=8"], "screen_size=8 needs dynamic_sampling=True"),
+    (["--dynamic_sampling=True", "--screen_size=1"], "screen_size=1 needs dynamic_sampling=True"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""DAPO dynamic sampling, with a fake rollout (no model): the verdicts are scripted; make_batch,
+"""DAPO dynamic sampling, with a fake rollout (no model): the verdicts are scripted; its screen;
+make_batch,
 which pads the merged samples once; fitting_prompts (the offline model's tokenizer), which skips
 the prompts longer than max_prompt_len."""
 import torch
@@ -17,7 +18,8 @@ answer_len = lambda p, g: 1 + g + p % 3
 def fake_rollout(verdicts_by_prompt):
     """A rollout_fn whose prompt p gets the scripted verdicts, as samples (generate's per-sample
     lists, plus 'correct')."""
-    def rollout_fn(rows):
+    def rollout_fn(rows, n):
+        assert n == G
         return {"prompt_ids": [[7] * prompt_len(r) for r in rows for _ in range(G)],
                 "completion_ids": [[r] * answer_len(r, g) for r in rows for g in range(G)],
                 "rollout_logp": None, "truncated": [False] * (len(rows) * G),
@@ -114,6 +116,66 @@ def test_trim_trains_on_exactly_the_share_and_keeps_sampling_while_a_rank_lacks_
     # share 2: 2 prompts, then 1 (max(share - have, 1)); trimmed to the first 2
     assert calls == [1, 0, 0] and stats["gen_rounds"] == 2 and len(state["served"]) == 3
     assert stats["groups_live"] == 2 and samples["completions"][::G] == ["prompt 0", "prompt 1"]
+
+
+def dealt_rollout(verdicts_by_prompt, calls):
+    """A rollout_fn(rows, n) that deals each prompt its scripted verdicts in order, n at a time: a
+    prompt asked twice (the screen, then the rest) gets its next n. Answer g of prompt p is 'p.g',
+    its log-prob p + g / 10. calls: each call's rows and n, appended."""
+    dealt = {}
+
+    def rollout_fn(rows, n):
+        calls.append((list(rows), n))
+        answers = [(r, g) for r in rows for g in range(dealt.get(r, 0), dealt.get(r, 0) + n)]
+        dealt.update({r: dealt.get(r, 0) + n for r in rows})
+        return {"completions": [f"{r}.{g}" for r, g in answers],
+                "rollout_logp": [[r + g / 10] for r, g in answers],
+                "truncated": [False] * len(answers),
+                "correct": [float(verdicts_by_prompt[r][g]) for r, g in answers]}
+    return rollout_fn
+
+
+def test_the_screen_completes_only_the_prompts_whose_first_answers_disagree():
+    """screen=2 of G=4: prompt 0 (live at G, but its screen agrees) is passed over, 2 is all
+    wrong; 1, 3 and 4 open. trim, 2 groups wanted: 1 and 3 get their other 2 answers, after
+    their screen's, in every list alike; 4 is not completed. Without trim 4 is too."""
+    verdicts = {0: [1, 1, 0, 0], 1: [1, 0, 1, 1], 2: [0, 0, 0, 0], 3: [0, 1, 1, 1], 4: [1, 0, 0, 0]}
+    calls = []
+    next_rows, _ = cursor(5)
+    samples, stats = dynamic_sample(next_rows, dealt_rollout(verdicts, calls), 2, G,
+                                    oversample=2.5, max_rounds=0, trim=True, screen=2)
+    assert calls == [([0, 1, 2, 3, 4], 2), ([1, 3], 2)]
+    assert samples["completions"] == ["1.0", "1.1", "1.2", "1.3", "3.0", "3.1", "3.2", "3.3"]
+    assert samples["rollout_logp"] == [[1.0], [1.1], [1.2], [1.3], [3.0], [3.1], [3.2], [3.3]]
+    assert samples["correct"] == [1, 0, 1, 1, 0, 1, 1, 1] and len(samples["truncated"]) == 8
+    # the screens' 10 answers (5 right), the rest's 4 (all right); prompts 0 and 2 degenerate
+    assert stats == {"gen_rounds": 1, "groups_sampled": 5, "groups_degenerate": 2,
+                     "groups_live": 2, "samples": 14, "samples_correct": 9.0}
+    calls = []
+    next_rows, _ = cursor(5)
+    samples, stats = dynamic_sample(next_rows, dealt_rollout(verdicts, calls), 2, G,
+                                    oversample=2.5, max_rounds=0, screen=2)
+    assert calls == [([0, 1, 2, 3, 4], 2), ([1, 3, 4], 2)]
+    assert samples["completions"][::G] == ["1.0", "3.0", "4.0"] and stats["groups_live"] == 3
+
+
+def test_a_screen_with_no_open_prompt_samples_no_rest_and_the_next_round_goes_on():
+    """Round 1's screens all agree: its rest is an empty call (generate returns empty lists and
+    no log-probs then) and nothing is kept; round 2 finds prompt 3."""
+    verdicts = {p: [1, 0, 0, 0] if p == 3 else [1] * G for p in range(6)}
+    calls = []
+
+    dealt = dealt_rollout(verdicts, calls)
+
+    def rollout_fn(rows, n):  # generate's answer to no prompt: rollout_logp None
+        samples = dealt(rows, n)
+        return samples if rows else {**samples, "rollout_logp": None}
+    next_rows, _ = cursor(6)
+    samples, stats = dynamic_sample(next_rows, rollout_fn, 1, G, oversample=3.0, max_rounds=0,
+                                    trim=True, screen=2)
+    assert calls == [([0, 1, 2], 2), ([], 2), ([3, 4, 5], 2), ([3], 2)]
+    assert stats["gen_rounds"] == 2 and stats["groups_live"] == 1
+    assert samples["completions"] == ["3.0", "3.1", "3.2", "3.3"]
 
 
 def test_make_batch_pads_prompts_left_and_completions_right_once():

@@ -98,8 +98,8 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
 
 
 def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
-    """One HF-engine step with every DAPO / Kimi switch on, over a data folder with two malformed
-    rows."""
+    """One HF-engine step with every DAPO / Kimi switch on (dynamic sampling behind a screen of 2
+    answers a prompt), over a data folder with two malformed rows."""
     data = tmp_path / "data"
     data.mkdir()
     good = [json.loads(line)
@@ -112,8 +112,8 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     out_dir = str(tmp_path / "run")
     result = train(f"--out_dir={out_dir}", f"--data_dir={data}", "--max_iters=1",
                    "--rollout_engine=hf", "--eval_interval=0", "--prompts_per_step=1",
-                   "--dynamic_sampling=True", "--max_gen_batches=0", "--mask_truncated=True",
-                   "--overlong_buffer=4", "--length_reward_coef=0.5", "--format_coef=0.1",
+                   "--dynamic_sampling=True", "--max_gen_batches=0", "--screen_size=2",
+                   "--mask_truncated=True", "--overlong_buffer=4", "--length_reward_coef=0.5", "--format_coef=0.1",
                    "--loss_type=dapo", "--reward_wrong=-1.0", "--num_iterations=2", "--beta=0.01",
                    # long enough that some completions end and survive mask_truncated
                    "--max_new_tokens=16",
@@ -125,6 +125,8 @@ def test_dapo_sampling_reward_shaping_and_malformed_rows(tmp_path):
     (step,) = records(out_dir)
     assert step["live_groups"] >= 1 and step["gen_rounds"] >= 1 and 0 <= step["degenerate_frac"] < 1
     assert step["prompts_consumed"] >= step["gen_rounds"]
+    # the screen: 2 answers for every prompt, the other 2 of G=4 only for the live groups
+    assert step["samples"] == 2 * step["prompts_consumed"] + 2 * step["live_groups"]
     for part in ("reward/task", "reward/format", "reward/overlong", "reward/length"):
         assert part in step
     assert -1 <= step["reward/task"] <= 1 and -1 <= step["reward/overlong"] <= 0
