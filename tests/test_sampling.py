@@ -1,7 +1,6 @@
-"""DAPO dynamic sampling, with a fake rollout (no model): the verdicts are scripted; its screen;
-make_batch,
-which pads the merged samples once; fitting_prompts (the offline model's tokenizer), which skips
-the prompts longer than max_prompt_len."""
+"""DAPO dynamic sampling and its screen, with a fake rollout (no model): the verdicts are
+scripted; make_batch, which pads the merged samples once; fitting_prompts (the offline model's
+tokenizer), which skips the prompts longer than max_prompt_len."""
 import torch
 
 from rollout import dynamic_sample, make_batch
