@@ -46,15 +46,18 @@ class Curriculum:
     def walk(self, order, cursor, n):
         """The next n rows of order (every row's index once, taken cyclically) from position
         cursor that are not cooling, and the position after them; the rows passed over are
-        counted. When every prompt cools down, none is passed over: the next n rows are taken as
-        they come."""
+        counted. A walk passes over rows for one lap of the order at most: the rows still missing
+        then are taken as they come (when every prompt cools down, all n are). Without that
+        limit, a run where all but a few prompts cooled down sampled those few over and over,
+        passing over 600,000 rows in one step (the 2-digit task: 5,000 rows, 3,730 prompts;
+        window 1, cooldown 50, from step 44 on)."""
         if (self.skip_until > self.step).all():
             return [order[(cursor + j) % len(order)] for j in range(n)], cursor + n
-        rows = []
-        while len(rows) < n:  # ends: some row of order is not cooling
+        rows, start = [], cursor
+        while len(rows) < n:
             row = order[cursor % len(order)]
             cursor += 1
-            if self.cooling(row):
+            if self.cooling(row) and cursor - start <= len(order):  # within the walk's first lap
                 self.skipped += 1
             else:
                 rows.append(row)

@@ -13,6 +13,7 @@ Two facts this file teaches:
    sampling at T = 0.7 biases every ratio (TRL issues #4159, #6789).
 """
 import contextlib
+import ctypes
 import json
 import os
 
@@ -37,6 +38,22 @@ def native_bf16(device):
         return torch.cuda.get_device_capability(device)[0] >= 8
     flags = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''
     return ' avx512_bf16' in flags or ' amx_bf16' in flags
+
+
+def keep_freed_memory():
+    """CPU training: glibc keeps the memory the trainer frees for its next allocation instead of
+    handing it back to the kernel (mallopt: no mmap'd blocks, no trimming). By default a block over
+    32 MiB (logits, activations, gradients) is its own mmap, unmapped when freed, so each step
+    faults its memory in anew, and in a VM that takes freed memory back (free page reporting, as
+    these machines do) a fault is a trip to the host: 20 % of a step of config/cpu_hard_screen.py
+    (docs/performance.md). The process holds on to its peak instead. False where the C library is
+    not glibc (nothing changed)."""
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's <malloc.h>; a trim threshold of -1: never trim
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, -1))
 
 
 def load_model(path, autocast_dtype=None):

@@ -40,7 +40,8 @@ from curriculum import Curriculum
 from lora import adapters_off, add_lora, load_adapter, merged_weights
 from losses import LOSS_HP, VARIANTS, group_advantages, policy_loss
 from model import (Scorer, all_reduce_sum, backward_pass, clip_grad_norm, completion_values,
-                   load_critic, load_model, micro_batches, native_bf16, round_ties, wrap)
+                   keep_freed_memory, load_critic, load_model, micro_batches, native_bf16, round_ties,
+                   wrap)
 from report import (Guards, RunLog, abort_line, bad_step_line, batch_stats, eval_lines, eval_record,
                     rank_numbers, sampling_record, step_line, step_record, step_sums, summary)
 from rewards import (TASKS, control_verdicts, eval_sums, kimi_length_reward, load_rows,
@@ -226,6 +227,8 @@ mode = parallel if ddp else None  # how the nets are wrapped for torchrun (model
 device = f'cuda:{local_rank}' if torch.cuda.is_available() else 'cpu'
 if device.startswith('cuda'):
     torch.cuda.set_device(device)
+else:  # the memory a step frees stays for the next step's (model.keep_freed_memory)
+    keep_freed_memory()
 if prompts_per_step % world_size:
     config_error(f"prompts_per_step={prompts_per_step} must be divisible by the {world_size} ranks")
 if dtype == 'auto':  # bf16 without bf16 instructions is emulated: far slower than fp32

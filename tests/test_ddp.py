@@ -97,8 +97,8 @@ def test_skip_zero_adv_and_the_curriculum_when_one_rank_has_no_live_group(tmp_pa
     0's in DDP's all-reduce; the step finishes, fewer rows trained. Rank 0's answers score by the
     parity of their length, whatever the model samples: a group of 8 agrees with probability 1/128.
     Step 2: the curriculum (window 1) passes over rank 1's two all-wrong prompts on both ranks, so
-    both walk the same order: positions 5, 7 and 9 passed over, rank 0's prompts shared out to
-    both ranks. Had rank 0 not summed rank 1's groups into its state it would pass over none of
+    both walk the same order: positions 5 and 7 passed over in the walk's one lap, then rows taken
+    as they come. Had rank 0 not summed rank 1's groups into its state it would pass over none of
     them (at most its own two, if a group of 8 agreed), and the ranks would take other prompts."""
     data = rank_1_all_wrong(tmp_path, n_rows=4)
     parity = parity_reward(tmp_path, never="-12345")
@@ -112,7 +112,7 @@ def test_skip_zero_adv_and_the_curriculum_when_one_rank_has_no_live_group(tmp_pa
     assert first["reward"] > 0 and first["grad_norm"] > 0 and first["trained_frac"] < 1
     assert first["curriculum/skipped"] == 0 and first["curriculum/pass_rate_0"] >= 0.5
     assert first["curriculum/cooling"] >= 2 and first["curriculum/sampled_frac"] == 1
-    assert second["curriculum/skipped"] >= 3 and "skipped" not in second
+    assert second["curriculum/skipped"] >= 2 and "skipped" not in second
 
 def two_nodes(tmp_path, *args, timeout=900):
     """torchrun on two "nodes" of one rank each: two launchers on this machine, as two machines
