@@ -259,6 +259,9 @@ def test_the_lab_page_gives_each_prediction_its_verdict_by_the_seed_spread(tmp_p
     assert "- random_reward: +0.050 ± 0.020 (3 seeds)" in page  # its gain over step 0's 0.05
     # 10 runs x 2 windows of 10 s of stages + 3 evals of 30 s: 110 s each
     assert "Wall time of the runs, summed: 18 min" in page
+    # every run's evals: accuracy (minutes to it: 30 s an eval, 10 s of stages between)
+    assert "| run | step 0 | step 10 | step 20 |" in page
+    assert "| grpo_s0 | 0.050 (0.5) | 0.290 (1.2) | 0.580 (1.8) |" in page
     for figure in ('eval_accuracy_time', 'eval_accuracy', 'entropy'):
         assert os.path.exists(tmp_path / 'docs' / 'demo' / f'{figure}.png')
 
@@ -283,10 +286,13 @@ def test_every_study_names_keys_the_trainer_has_and_data_the_lab_can_make():
             assert data in lab.PREPARE or data == config_data, (name, data)
 
 
-def test_the_hard_recipe_arm_is_the_recipes_cures():
-    """hard_recipe's arm is what config/cpu_hard.py sets over the 2-digit task's config: its
-    cures, read from the file (its length, evals and out_dir aside)."""
+def test_the_screen_recipe_arm_is_the_recipes_cures():
+    """screen_recipe's arm is what config/cpu_hard.py sets over the 2-digit task's config: its
+    cures, read from the file (its length, evals and out_dir aside); hard_recipe keeps the
+    one-pass recipe it measured."""
     import lab
-    assert lab.STUDIES['hard_recipe']['arms']['recipe'] == lab.RECIPE == {
-        'dynamic_sampling': True, 'oversample': 3, 'trim_surplus': True, 'num_iterations': 1,
-        'micro_batch_size': 64, 'learning_rate': 3e-5, 'decay_lr': True, 'min_lr': 3e-6}
+    assert lab.STUDIES['screen_recipe']['arms']['recipe'] == lab.RECIPE == {
+        'dynamic_sampling': True, 'screen_size': 2, 'oversample': 12, 'trim_surplus': True,
+        'num_iterations': 2, 'eps_high': 0.28, 'micro_batch_size': 64, 'learning_rate': 3e-5,
+        'decay_lr': True, 'min_lr': 3e-6}
+    assert lab.STUDIES['hard_recipe']['arms']['recipe'] == lab.ONE_PASS
