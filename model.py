@@ -45,7 +45,7 @@ def keep_freed_memory():
     handing it back to the kernel (mallopt: no mmap'd blocks, no trimming). By default a block over
     32 MiB (logits, activations, gradients) is its own mmap, unmapped when freed, so each step
     faults its memory in anew, and in a VM that takes freed memory back (free page reporting, as
-    these machines do) a fault is a trip to the host: 20 % of a step of config/cpu_hard_screen.py
+    these machines do) a fault is a trip to the host: 20 % of a step of config/cpu_hard.py
     (docs/performance.md). The process holds on to its peak instead. False where the C library is
     not glibc (nothing changed)."""
     try:
