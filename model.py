@@ -63,12 +63,7 @@ def load_model(path, autocast_dtype=None):
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    # A bf16 body on a CPU: eager attention (plain matmuls) instead of SDPA's flash kernel, whose
-    # backward is slow at these short rows: the recipe's update 15 % faster (docs/performance.md).
-    # Eager keeps each layer's (B, heads, T, T) weights for backward: fine at CPU lengths.
-    cpu_bf16 = autocast_dtype == torch.bfloat16 and not torch.cuda.is_available()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                 attn_implementation='eager' if cpu_bf16 else 'sdpa')
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     # training rebuilds the prompt's KV cache itself (completion_hidden)
     model.config.use_cache = False
     round_ties(model, autocast_dtype, name=path)

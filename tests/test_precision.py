@@ -121,12 +121,9 @@ def test_load_model_rounds_ties_for_the_autocast_dtype(tmp_path, capsys):
     loaded = load_model(str(tmp_path))[0]                                 # fp32 body: nothing to do
     assert capsys.readouterr().out == ''
     assert sum(int(rounding_ties(p).sum()) for p in loaded.parameters()) == n
-    assert loaded.config._attn_implementation == 'sdpa'
     loaded = load_model(str(tmp_path), autocast_dtype=torch.bfloat16)[0]
     assert len(capsys.readouterr().out.splitlines()) == 1
     assert not any(rounding_ties(p).any() for p in loaded.parameters())
-    # a bf16 body on a CPU: eager attention (SDPA's flash backward is the slower there)
-    assert loaded.config._attn_implementation == ('sdpa' if torch.cuda.is_available() else 'eager')
 
 
 def test_prepared_model_is_bf16_exact():
