@@ -39,9 +39,9 @@ from critic import critic_advantages, critic_update
 from curriculum import Curriculum
 from lora import adapters_off, add_lora, load_adapter, merged_weights
 from losses import LOSS_HP, VARIANTS, group_advantages, policy_loss
-from model import (Scorer, all_reduce_sum, backward_pass, clip_grad_norm, completion_values,
-                   keep_freed_memory, load_critic, load_model, micro_batches, native_bf16, round_ties,
-                   wrap)
+from model import (Scorer, all_reduce_sum, backward_pass, clip_grad_norm, close_process_group,
+                   completion_values, keep_freed_memory, load_critic, load_model, micro_batches,
+                   native_bf16, round_ties, wrap)
 from report import (Guards, RunLog, abort_line, bad_step_line, batch_stats, eval_lines, eval_record,
                     rank_numbers, sampling_record, step_line, step_record, step_sums, summary)
 from rewards import (TASKS, control_verdicts, eval_sums, kimi_length_reward, load_rows,
@@ -686,8 +686,8 @@ for step in tqdm(range(start_step, max_iters), initial=start_step, total=max_ite
         break
 
 shutdown(engine)  # vLLM first: its process groups hang off the default one
-if ddp and dist.is_initialized():  # vLLM 0.32's shutdown destroys it, 0.33's does not
-    dist.destroy_process_group()
+if ddp:
+    close_process_group()
 if abort_message:
     raise SystemExit(abort_message)
 if master:

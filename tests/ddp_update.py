@@ -43,8 +43,8 @@ from checkpoint import load_optimizers, save_optimizers  # noqa: E402
 from critic import critic_advantages, critic_update  # noqa: E402
 from lora import ALL_LINEAR, adapters_off, add_lora  # noqa: E402
 from losses import CRITIC_LOSS_TYPES, VARIANTS, group_advantages, policy_loss  # noqa: E402
-from model import (Scorer, all_reduce_sum, backward_pass, completion_values,  # noqa: E402
-                   even_micro_batches, wrap)
+from model import (Scorer, all_reduce_sum, backward_pass, close_process_group,  # noqa: E402
+                   completion_values, even_micro_batches, wrap)
 
 loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
@@ -202,4 +202,4 @@ if rank == 0:
     torch.save({"split": split, "whole": whole, "start": start(), "whole_state":
                 momentum(whole_optimizers), "loaded_state": momentum(loaded)}, out_path)
 dist.barrier()
-dist.destroy_process_group()
+close_process_group()
