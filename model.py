@@ -310,7 +310,6 @@ def all_reduce_sum(x, device):
     return dict(zip(keys, t.tolist())) if keys else t.item()
 
 
-
 def close_process_group():
     """The default process group destroyed (vLLM 0.32's shutdown has destroyed it already, 0.33's
     has not), then 50 ms with the GIL released. A gloo worker thread frees the last collective's
@@ -323,6 +322,7 @@ def close_process_group():
     if dist.is_initialized():
         dist.destroy_process_group()
     time.sleep(0.05)
+
 
 def backward_pass(net, mbs, loss_of, world_size=1):
     """One pass of gradient accumulation over the micro-batches (the policy's and the critic's):
