@@ -4,7 +4,7 @@ number in it is measured by this run, on this machine (CUDA is detected and used
 
     python bench.py                  # everything (~15 min on 2 CPU cores)
     python bench.py --only=score     # one section: peak | rollout | score | step | profile | share
-                                     #   | memory | floor | lora
+                                     #   | attention | memory | floor | lora
 
 Sections
   peak     matmul GFLOP/s in fp32 and bf16: the ceiling the update is measured against
@@ -24,6 +24,9 @@ Sections
   share    the shared-prompt path of model.completion_hidden (4 prompts x 8 answers, each prompt
            through the body once) against the dense one (32 prompts), forward + backward, and the
            body's tokens per second once the head's time (measured alone) is taken out.
+  attention  SDPA forward + backward on the CPU at config/cpu_hard.py's answer shape, bf16 inputs:
+           the flash kernel against the math backend that model.completion_hidden runs on CPU,
+           time and error against float64
   memory   what each of 2 ranks (torchrun, gloo/NCCL) holds of the policy's weights, gradients and
            AdamW state, with parallel='ddp' (all of it on each rank), 'fsdp' (its shards), and both
            with LoRA adapters of rank 8 (lora.py), and the process's resident-set peak
@@ -274,6 +277,36 @@ def child_share():
     return out
 
 
+
+def child_attention():
+    """SDPA forward + backward at the shape of config/cpu_hard.py's answers on the CPU (64 answers of
+    16 tokens over 47-token prompts; SmolLM2's 9 query and 3 key / value heads of 64), bf16 inputs,
+    for the flash and math backends: seconds (the fastest of 5 after a warm-up) and the largest of
+    the output's and the three input gradients' mean relative errors against float64."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    g = torch.Generator().manual_seed(0)
+    B, H, KV, Q, K, D = 64, 9, 3, 16, 63, 64
+    # bf16 values, so that float64 sees the same inputs
+    q, k, v, grad_out = (torch.randn(*shape, generator=g).bfloat16() for shape in (
+        (B, H, Q, D), (B, KV, K, D), (B, KV, K, D), (B, H, Q, D)))
+    causal = torch.ones(Q, K, dtype=torch.bool).tril(K - Q)  # each answer token sees its prompt
+    def run(dtype):
+        leaves = [x.to(dtype).requires_grad_() for x in (q, k, v)]
+        out = F.scaled_dot_product_attention(*leaves, attn_mask=causal, enable_gqa=True)
+        return [out, *torch.autograd.grad(out, leaves, grad_out.to(dtype))]
+    exact, out = run(torch.float64), {}
+    for name, backend in (('flash', SDPBackend.FLASH_ATTENTION), ('math', SDPBackend.MATH)):
+        with sdpa_kernel(backend):
+            got, seconds = run(torch.bfloat16), []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                run(torch.bfloat16)
+                seconds.append(time.perf_counter() - t0)
+        error = max(((a.double() - e).abs().mean() / e.abs().mean()).item() for a, e in zip(got, exact))
+        out[name] = {'seconds': min(seconds), 'error': error}
+    return out
+
 # the update's time by category: torch.profiler over step 2's score and update stages (train.py's
 # timed() ranges), every op's self time put in the first category that claims it
 MATMULS = ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::matmul', 'aten::linear', 'aten::baddbmm')
@@ -500,7 +533,8 @@ if __name__ == '__main__':
         name, args = argv[0].split('=', 1)[1], argv[1:]
         result = {'peak': child_peak, 'score': child_score, 'rollout': child_rollout,
                   'train': child_train, 'floor': child_floor, 'profile': child_profile,
-                  'share': child_share, 'memory': child_memory, 'lora': child_lora}[name](
+                  'share': child_share, 'memory': child_memory, 'lora': child_lora,
+                  'attention': child_attention}[name](
             *[int(a) if a.isdigit() else a for a in args])
         if result is not None:
             print(json.dumps(result))
@@ -583,6 +617,12 @@ if __name__ == '__main__':
             rows.append((f"prompt {name} ({r['dtype']} body)", f"{r[name]['seconds']:.2f} s",
                          f"{r[name]['body_tokens']} body tokens; without the head's "
                          f"{r['head_seconds']:.2f} s: {r[name]['body_tokens'] / body:.0f} tok/s"))
+    if want('attention') and (r := run_child('attention')):
+        for name in ('flash', 'math'):
+            rows.append((f'attention {name} (CPU, bf16)', f"{1e3 * r[name]['seconds']:.1f} ms",
+                         f"SDPA forward + backward, 64 x 9 heads x 16 queries over 63 keys; error "
+                         f"against float64 {r[name]['error']:.1e}"
+                         + (" (the trainer's on CPU)" if name == 'math' else '')))
     if want('profile') and (r := run_child('profile')):
         for stage, label in (('train', 'update'), ('score', 'no-grad scoring')):
             total = sum(r.get(stage, {}).values())

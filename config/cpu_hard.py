@@ -12,6 +12,7 @@
 # in 18.7-20.6 min; plain GRPO (config/cpu_2digit.py) 0.761-0.776 over the same 100 steps.
 # On a 2-core AMD EPYC with AVX512-BF16 and no AMX (lab.py's screen_recipe, 2026-12-04): 0.871 /
 # 0.863 / 0.891 at step 60 and 0.916 / 0.919 / 0.927 at step 80, in 38-40 min (~28 s a late step).
+# With SDPA's math backend in the trainer since (2026-12-05, seed 0): 0.925 / 0.921, 30.4 min.
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
 dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)
