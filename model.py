@@ -182,8 +182,10 @@ def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_
     prompts, row_prompt = torch.cat([prompt_ids, prompt_mask], 1).unique(dim=0, return_inverse=True)
     device_type, enabled = input_ids.device.type, autocast_dtype is not None
     # CPU: SDPA's math backend, which computes bf16 q, k, v in fp32 like the flash kernel and runs
-    # backward ~2x faster at these short rows (bench.py --only=attention)
-    math_attention = sdpa_kernel(SDPBackend.MATH) if device_type == 'cpu' else contextlib.nullcontext()
+    # backward ~2x faster at these short rows (bench.py --only=attention); not under gradient
+    # checkpointing, whose recomputation in backward runs outside this block
+    math = device_type == 'cpu' and not body.is_gradient_checkpointing
+    math_attention = sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext()
     with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=enabled), math_attention:
         # one pass over prompt + answer
         sharded = isinstance(body.layers[0], FSDPModule)

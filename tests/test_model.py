@@ -130,11 +130,10 @@ def test_shared_prompt_forward_equals_separate_forwards():
         assert close(grads1[name], g), name
 
 
-
 def test_cpu_attention_runs_sdpas_math_backend():
-    """On a CPU the body's attention runs SDPA's math backend, in the prompt's pass and the answers'
-    alike: q, k and v in fp32 as in the flash kernel, and a backward about twice as fast at these
-    short rows (bench.py --only=attention)."""
+    """On a CPU the body's attention runs SDPA's math backend (not under gradient checkpointing), in
+    the prompt's pass and the answers' alike: q, k and v in fp32 as in the flash kernel, and a
+    backward about twice as fast at these short rows (bench.py --only=attention)."""
     model = tiny_model().float()
     prompt_ids, prompt_mask, completion_ids, completion_mask = tiny_batch()
     # two rows share a prompt: the prompt pass and the answers' pass both run
@@ -145,6 +144,7 @@ def test_cpu_attention_runs_sdpas_math_backend():
     ops = {event.key for event in prof.key_averages()}
     assert "aten::_scaled_dot_product_attention_math" in ops
     assert not any("flash" in op for op in ops), ops
+
 
 def run_step(out_dir, *args):
     cmd = [sys.executable, "train.py", "config/cpu_demo.py", "--rollout_engine=hf", "--loss_type=dapo",
