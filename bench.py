@@ -230,8 +230,8 @@ def cpu_name():
     is "AMD EPYC" alone: family 26 (Zen 5) ran bf16 matmuls 1.7x as fast as another EPYC with
     AVX512-BF16 (docs/performance.md)."""
     info = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''
-    fields = dict(line.split(':', 1) for line in info.split('\n\n')[0].splitlines() if ':' in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    first_cpu = info.split('\n\n')[0].splitlines()
+    fields = {k.strip(): v.strip() for k, v in (line.split(':', 1) for line in first_cpu if ':' in line)}
     name = fields.get('model name', 'CPU')
     if 'cpu family' in fields:
         name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"

@@ -14,8 +14,8 @@
 # 0.863 / 0.891 at step 60 and 0.916 / 0.919 / 0.927 at step 80, in 38-40 min (~28 s a late step).
 # With SDPA's math backend in the trainer since (2026-12-05, seed 0): 0.925 / 0.921, 30.4 min.
 # On a 2-core AMD EPYC of CPU family 26 (Zen 5: bf16 matmuls at 640 GFLOP/s against that EPYC's
-# 376), as on main, 2026-12-05, seeds 0 / 1 / 2: 0.873 / 0.885 / 0.902 at step 60 and 0.915 / 0.906 /
-# 0.926 at step 80, in 18.8 / 18.3 / 17.3 min of stage and eval time.
+# 376), SDPA's math backend, 2026-12-05, seeds 0 / 1 / 2: 0.873 / 0.885 / 0.902 at step 60 and
+# 0.915 / 0.906 / 0.926 at step 80, in 18.8 / 18.3 / 17.3 min of stage and eval time.
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
 dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)
