@@ -131,7 +131,7 @@ for _valid, _in_range, _keys in [
         # oversample < 1 could never fill a step in one round
         ('>= 1', lambda v: v >= 1,
          ['max_prompt_len', 'prompts_per_step', 'max_new_tokens', 'oversample', 'num_iterations',
-          'micro_batch_size', 'max_tokens_per_micro', 'max_bad_steps']
+          'micro_batch_size', 'max_tokens_per_micro', 'max_bad_steps', 'lr_decay_iters']
          + (['eval_samples', 'eval_problems'] if eval_interval else [])),
         ('> 0', lambda v: v > 0,
          ['reward_timeout', 'temperature', 'tau_pos', 'tau_neg', 'tis_cap', 'vf_clip', 'lam_alpha',

@@ -265,7 +265,7 @@ STUDIES = {
         arms={'grpo': {}, 'recipe': ONE_PASS},
         verdicts=[('recipe', 'grpo', 'eval/accuracy', 'higher')]),
     'screen_recipe': dict(
-        claim="The issue's headline, the recipe after hard_recipe's: config/cpu_hard.py, two "
+        claim="The issue's headline, the recipe after hard_recipe's (config/cpu_hard.py at 3e-5): two "
               "passes a batch behind dynamic sampling's screen (2 answers a prompt first, the "
               "other 6 only where those 2 disagree: ~1 screened prompt in 8 gets through late), "
               "Clip-Higher on the second pass, the rate 3e-5 decayed over 80 steps. On a 2-core "
@@ -277,7 +277,7 @@ STUDIES = {
                    "(0.02) of it, grpo's below 0.85. The time is this machine's: the Xeon's 20 "
                    "min were measured with AMX, which an AMD EPYC with AVX512-BF16 lacks.",
         config=HARD, steps=80, baseline='grpo', common={'eval_interval': 20},
-        arms={'grpo': {}, 'recipe': RECIPE},
+        arms={'grpo': {}, 'recipe': {**RECIPE, 'learning_rate': 3e-5}},  # its runs' rate
         verdicts=[('recipe', 'grpo', 'eval/accuracy', 'higher')]),
     'entropy_control': dict(
         claim="Entropy collapse -> entropy control (Cui et al. 2025; seed 000: entropy change ~ "

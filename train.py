@@ -142,6 +142,7 @@ grad_clip = 1.0               # max global grad norm (0: off)
 warmup_iters = 0              # linear learning-rate warmup
 decay_lr = False              # then cosine decay to min_lr at max_iters (nanoGPT's); False: constant
 min_lr = 0.0                  # the learning rate at max_iters, with decay_lr
+lr_decay_iters: int = None    # the cosine reaches min_lr here and stays there; None: max_iters
 max_iters = 30                # optimizer steps (x num_iterations passes each)
 micro_batch_size = 16         # at most this many sequences per forward/backward
 max_tokens_per_micro = 2048   # ... and this many tokens, padding included (rows sorted)
@@ -500,7 +501,8 @@ def lr_at(step):
         return learning_rate * ((step + 1) / warmup_iters)
     if not decay_lr:
         return learning_rate
-    progress = (step - warmup_iters) / max(1, max_iters - warmup_iters)
+    decay_iters = max_iters if lr_decay_iters is None else lr_decay_iters
+    progress = min(1.0, (step - warmup_iters) / max(1, decay_iters - warmup_iters))
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (learning_rate - min_lr)
 
 def policy_update(mbs, counts, step, median_len):

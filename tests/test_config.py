@@ -96,6 +96,7 @@ RANGES = [
     ("--curriculum_window=-1", ">= 0"), ("--curriculum_cooldown=-1", ">= 0"),
     ("--warn_reward_gap=-0.1", ">= 0"), ("--warn_length_rise=-0.5", ">= 0"),
     ("--min_lr=1e-3", "in [0, learning_rate=2e-05]"), ("--min_lr=-1e-6", "in [0, learning_rate=2e-05]"),
+    ("--lr_decay_iters=0", ">= 1"),
     ("--max_tool_calls=-1", ">= 0"), ("--tool_timeout=0.0", "> 0"),
 ]
 NO_MODEL = "--init_from=tests"  # any folder passes the checks: they load nothing

@@ -78,15 +78,16 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     AutoModelForCausalLM.from_pretrained(ckpt)
 
     # resume (with the HF engine this time): continues at step 3, does not redo steps 1-2
+    # (its cosine still ends at step 2, nanoGPT's lr_decay_iters: then it holds min_lr)
     result = train(f"--out_dir={out_dir}", "--max_iters=3", "--init_from=resume",
-                   "--rollout_engine=hf", "--ckpt_interval=0", *lr_args)
+                   "--rollout_engine=hf", "--ckpt_interval=0", "--lr_decay_iters=2", *lr_args)
     assert ("resumed from" in result.stdout and "step 3: reward" in result.stdout
             and "step 2: reward" not in result.stdout)
     steps = [r for r in records(out_dir) if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2, 3] and "rollout_mismatch" not in steps[-1]
     # lr = min_lr + (lr - min_lr) (1 + cos(pi t / max_iters)) / 2 at the step's index t: t = 0, 1
-    # of 2 steps, then t = 2 of the resumed run's 3
-    assert [r["lr"] for r in steps] == pytest.approx([1e-5, 5.5e-6, 3.25e-6])
+    # of 2 steps; then t = 2, past lr_decay_iters=2: min_lr (over max_iters=3 it would be 3.25e-6)
+    assert [r["lr"] for r in steps] == pytest.approx([1e-5, 5.5e-6, 1e-6])
     # step 2's eval ran before step 2's checkpoint: the resumed run does not evaluate it again
     assert [r["step"] for r in records(out_dir) if "eval/accuracy" in r] == [0, 2, 3]
     assert torch.load(os.path.join(ckpt, "trainer_state.pt"), weights_only=False)["step"] == 3
