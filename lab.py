@@ -265,10 +265,11 @@ STUDIES = {
         arms={'grpo': {}, 'recipe': ONE_PASS},
         verdicts=[('recipe', 'grpo', 'eval/accuracy', 'higher')]),
     'screen_recipe': dict(
-        claim="The issue's headline, the recipe after hard_recipe's (config/cpu_hard.py at 3e-5): two "
-              "passes a batch behind dynamic sampling's screen (2 answers a prompt first, the "
-              "other 6 only where those 2 disagree: ~1 screened prompt in 8 gets through late), "
-              "Clip-Higher on the second pass, the rate 3e-5 decayed over 80 steps. On a 2-core "
+        claim="The issue's headline, the recipe after hard_recipe's (config/cpu_hard.py at "
+              "3e-5): two passes a batch behind dynamic sampling's screen (2 answers a prompt "
+              "first, the other 6 only where those 2 disagree: ~1 screened prompt in 8 gets "
+              "through late), Clip-Higher on the second pass, the rate 3e-5 decayed over 80 "
+              "steps. On a 2-core "
               "Xeon with AMX (bf16, 2026-12-04) three seeds held out 0.896-0.922 at step 60 and "
               "0.906-0.927 at step 80 in 19.9-20.8 min; GRPO over the same 80 steps is the curve "
               "beside it.",
