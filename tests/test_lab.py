@@ -266,6 +266,22 @@ def test_the_lab_page_gives_each_prediction_its_verdict_by_the_seed_spread(tmp_p
         assert os.path.exists(tmp_path / 'docs' / 'demo' / f'{figure}.png')
 
 
+def test_the_headline_counts_seeds_that_hold_the_line_at_both_last_evals_in_time(tmp_path):
+    """lab.headline_line: a seed counts when both of its last two evals are at the line and the
+    last is within the minutes (fake_run: 0.5 / 1.2 / 1.8 min to its evals)."""
+    import lab
+    import plot
+    runs = {}
+    for seed, evals in enumerate([[0.1, 0.9, 0.95], [0.1, 0.89, 0.95], [0.1, 0.95, 0.9]]):
+        fake_run(tmp_path / f'recipe_s{seed}', evals, entropy=0.5)
+        runs[str(tmp_path / f'recipe_s{seed}')] = plot.read_log(str(tmp_path / f'recipe_s{seed}'))
+    assert lab.headline_line({'recipe': runs}, 'recipe', 0.9, 2) == (
+        "- recipe: 2 of 3 seeds held 0.90 at both last evals within 2 min "
+        "(recipe_s0 at 1.8 min, recipe_s2 at 1.8 min)")
+    assert lab.headline_line({'recipe': runs}, 'recipe', 0.9, 1.5) == (
+        "- recipe: 0 of 3 seeds held 0.90 at both last evals within 1.5 min")
+
+
 def test_every_study_names_keys_the_trainer_has_and_data_the_lab_can_make():
     """A study's arms and common overrides are train.py config keys (a typo would be a config
     error an hour into a study), its verdicts compare arms it has, and every data folder it
