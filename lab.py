@@ -378,13 +378,13 @@ def headline_line(runs, arm, threshold, minutes):
     """How many of an arm's seeds held threshold at both of their last two evals, the last one
     within minutes of stage and eval time (the issue's "reaches 90 % within 20 minutes and stays
     there")."""
-    held = []
-    for run_dir, records in runs.get(arm, {}).items():
+    by_run, held = runs.get(arm, {}), []
+    for run_dir, records in by_run.items():
         evals = elapsed_series(records, 'eval/accuracy')  # [(seconds, accuracy)]
         if len(evals) >= 2 and min(a for _, a in evals[-2:]) >= threshold \
                 and evals[-1][0] <= 60 * minutes:
             held.append(f"{os.path.basename(run_dir)} at {evals[-1][0] / 60:.1f} min")
-    return (f"- {arm}: {len(held)} of {len(runs.get(arm, {}))} seeds held {threshold:.2f} at both "
+    return (f"- {arm}: {len(held)} of {len(by_run)} seeds held {threshold:.2f} at both "
             f"last evals within {minutes} min" + (f" ({', '.join(held)})" if held else ''))
 
 
