@@ -13,7 +13,7 @@
 # 0.949 / 0.936 / 0.907 at step 80, seeds 1 / 2 / 3 0.860 / 0.904 / 0.875 and 0.915 / 0.945 /
 # 0.925 (over seeds 0-5: the end level, step 60 lower, the headline in 2 of 6 against 4e-5's 3 of
 # 6); retrying the screens whose 2 answers were both wrong: seeds 0 / 4 / 5 0.887 / 0.890 / 0.879
-# and 0.934 / 0.911 / 0.920 (docs/lab.md). At 3e-5, the rate before (same
+# and 0.934 / 0.911 / 0.920 (a probe, not a knob on main: docs/lab.md). At 3e-5, the rate before (same
 # machine kind and day): 0.873 / 0.885 / 0.902 and 0.915 / 0.906 / 0.926 in 17.3-18.8 min; on a
 # 2-core Intel Xeon with AMX (2026-12-04): 0.906 / 0.922 / 0.896 and 0.917 / 0.927 / 0.906 in
 # 19.9-20.8 min; on an older EPYC with AVX512-BF16 (bf16 matmuls at 376 GFLOP/s against Zen 5's
