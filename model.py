@@ -195,12 +195,18 @@ def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_
         prompt = body(input_ids=prompts[:, :P], attention_mask=prompts[:, P:], use_cache=True,
                       # (U, P, H) and its KV cache
                       position_ids=(prompts[:, P:].cumsum(1) - 1).clamp(min=0))
-        # each answer gets its prompt's
-        prompt.past_key_values.batch_select_indices(row_prompt)
+        # each answer gets its prompt's keys and values (and, below, its last hidden state) by
+        # index_select, whose backward adds the G answers' gradients in a fixed order. Not by
+        # indexing (the cache's batch_select_indices): on CPU its backward adds fp32 rows with
+        # atomics from every thread, in a varying order, so a run did not repeat itself
+        for layer in prompt.past_key_values.layers:
+            layer.keys = layer.keys.index_select(0, row_prompt)
+            layer.values = layer.values.index_select(0, row_prompt)
         answers = body(input_ids=completion_ids, attention_mask=attention_mask, position_ids=position_ids[:, P:],
                        # (B, C, H)
                        past_key_values=prompt.past_key_values, use_cache=True).last_hidden_state
-    return torch.cat([prompt.last_hidden_state[row_prompt, -1:], answers[:, :-1]], dim=1)
+    prompt_last = prompt.last_hidden_state[:, -1:].index_select(0, row_prompt)  # (B, 1, H)
+    return torch.cat([prompt_last, answers[:, :-1]], dim=1)
 
 
 class HeadLogprobs(torch.autograd.Function):

@@ -1,6 +1,7 @@
 """model.py: the chunked FP32 head equals the naive (B, C, V) path, gradients included; gradient
-checkpointing and a group's shared prompt forward change nothing but memory and time; train.py's
-token-budget micro-batches change nothing but speed."""
+checkpointing and a group's shared prompt forward change nothing but memory and time, and its
+backward repeats bit for bit on 2 threads; train.py's token-budget micro-batches change nothing but
+speed."""
 import json
 import os
 import random
@@ -128,6 +129,37 @@ def test_shared_prompt_forward_equals_separate_forwards():
             and ent1[0].min() > 1.0)
     for name, g in grads0.items():
         assert close(grads1[name], g), name
+
+
+def test_shared_prompt_backward_repeats_bit_for_bit_on_two_threads():
+    """The backward that sums a group's answers into its one prompt pass adds them in a fixed order.
+    32 prompts x 8 answers in fp32 with 2 threads, a prompt's rows spread over the batch as the
+    packing spreads them: indexing's backward (index_put_ with accumulate) added such rows with
+    atomics from both threads: 5 repeats of the same backward gave 5 different gradients, in each
+    of 6 tries (2026-12-06, 2-core EPYC); completion_hidden's index_select gives one. (A 1-core
+    machine cannot show the race.)"""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    g = torch.Generator().manual_seed(2)
+    # (256, 4): row i answers prompt i % 32 (fp32 rows of 128 x 256 answers: over torch's grain)
+    prompt_ids = torch.randint(1, 96, (32, 4), generator=g)[torch.arange(256) % 32]
+    completion_ids = torch.randint(1, 96, (256, 5), generator=g)
+    prompt_mask, completion_mask = torch.ones(256, 4, dtype=torch.long), torch.ones(256, 5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = []
+        for _ in range(5):
+            model.zero_grad(set_to_none=True)
+            logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+            logp.sum().backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(grad, grads[0]) for grad in grads[1:])
 
 
 def test_cpu_attention_runs_sdpas_math_backend():
