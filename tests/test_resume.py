@@ -76,11 +76,11 @@ def test_resume_after_sigkill_or_a_stop_continues_the_same_run(tmp_path, dtype):
     drew from an RNG stream of its own it consumed the training stream, and the resumed run
     sampled other answers (issue #25: 57 of 89 logged values of steps 4-6 differed on a bf16 CPU;
     this test then failed at the first resumed step's loss). entropy_coef gives every step a
-    gradient. To 1e-4, not bit for bit: until 2026-12-06 the shared prompt's backward added a
-    group's gradients in a varying order on 2 threads (model.completion_hidden; grad_norm 1.1e-5
-    relative apart at step 4, seen once in 4 runs), and 4 steps at lr 1e-3 grow such noise. Since
-    its fix, 3 runs here compared bit for bit were equal (2-core Zen 5 EPYC); the margin stays for
-    CPUs it has not run on. A resume that lost the optimizer state or an RNG changes these numbers
+    gradient. To 1e-4, not bit for bit: runs once differed here (grad_norm 1.1e-5 relative apart
+    at step 4, seen once in 4 runs), likely by the shared prompt's backward, which until 2026-12-06
+    added a group's gradients in a varying order on 2 threads (model.completion_hidden), and 4
+    steps at lr 1e-3 grow such noise. Since its fix, 3 runs here compared bit for bit were equal
+    (2-core Zen 5 EPYC); the margin stays for CPUs it has not run on. A resume that lost the optimizer state or an RNG changes these numbers
     by percents (the eval's: 19 % of step 3's loss in bf16).
     The curriculum's state too: 4 prompts, two of them never right (the verifier is the parity of
     the answer's length, conftest.parity_reward), all 4 sampled by step 2; with window 1 the two
