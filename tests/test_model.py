@@ -154,7 +154,8 @@ def test_shared_prompt_backward_repeats_bit_for_bit_on_two_threads():
         grads = []
         for _ in range(5):
             model.zero_grad(set_to_none=True)
-            logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+            logp, _ = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids,
+                                          completion_mask)
             logp.sum().backward()
             grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     finally:

@@ -80,8 +80,9 @@ def test_resume_after_sigkill_or_a_stop_continues_the_same_run(tmp_path, dtype):
     at step 4, seen once in 4 runs), likely by the shared prompt's backward, which until 2026-12-06
     added a group's gradients in a varying order on 2 threads (model.completion_hidden), and 4
     steps at lr 1e-3 grow such noise. Since its fix, 3 runs here compared bit for bit were equal
-    (2-core Zen 5 EPYC); the margin stays for CPUs it has not run on. A resume that lost the optimizer state or an RNG changes these numbers
-    by percents (the eval's: 19 % of step 3's loss in bf16).
+    (2-core Zen 5 EPYC); the margin stays for CPUs it has not run on. A resume that lost the
+    optimizer state or an RNG changes these numbers by percents (the eval's: 19 % of step 3's loss
+    in bf16).
     The curriculum's state too: 4 prompts, two of them never right (the verifier is the parity of
     the answer's length, conftest.parity_reward), all 4 sampled by step 2; with window 1 the two
     cool down, and steps 3-4 pass over them. A resume without that state would sample them."""
