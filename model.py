@@ -195,18 +195,22 @@ def completion_hidden(body, prompt_ids, prompt_mask, completion_ids, completion_
         prompt = body(input_ids=prompts[:, :P], attention_mask=prompts[:, P:], use_cache=True,
                       # (U, P, H) and its KV cache
                       position_ids=(prompts[:, P:].cumsum(1) - 1).clamp(min=0))
-        # each answer gets its prompt's keys and values (and, below, its last hidden state) by
-        # index_select, whose backward adds the G answers' gradients in a fixed order. Not by
-        # indexing (the cache's batch_select_indices): on CPU its backward adds fp32 rows with
-        # atomics from every thread, in a varying order, so a run did not repeat itself
+        # each answer gets its prompt's keys and values (and, below, its last hidden state)
         for layer in prompt.past_key_values.layers:
-            layer.keys = layer.keys.index_select(0, row_prompt)
-            layer.values = layer.values.index_select(0, row_prompt)
+            layer.keys, layer.values = rows_of(layer.keys, row_prompt), rows_of(layer.values, row_prompt)
         answers = body(input_ids=completion_ids, attention_mask=attention_mask, position_ids=position_ids[:, P:],
                        # (B, C, H)
                        past_key_values=prompt.past_key_values, use_cache=True).last_hidden_state
-    prompt_last = prompt.last_hidden_state[:, -1:].index_select(0, row_prompt)  # (B, 1, H)
-    return torch.cat([prompt_last, answers[:, :-1]], dim=1)
+    return torch.cat([rows_of(prompt.last_hidden_state[:, -1:], row_prompt), answers[:, :-1]], dim=1)
+
+
+def rows_of(x, rows):
+    """x[rows] (rows along dim 0, repeats allowed), its backward adding the repeats' gradients in a
+    fixed order, so that a run repeats itself. On CPU by index_select: indexing's backward there
+    (index_put_ with accumulate, fp32, 2+ threads) adds them with atomics from every thread, in a
+    varying order. On CUDA by indexing: there index_select's backward is the one with atomics (both
+    in torch.use_deterministic_algorithms' list)."""
+    return x.index_select(0, rows) if x.device.type == 'cpu' else x[rows]
 
 
 class HeadLogprobs(torch.autograd.Function):
