@@ -17,8 +17,9 @@
 # machine kind and day): 0.873 / 0.885 / 0.902 and 0.915 / 0.906 / 0.926 in 17.3-18.8 min; on a
 # 2-core Intel Xeon with AMX (2026-12-04): 0.906 / 0.922 / 0.896 and 0.917 / 0.927 / 0.906 in
 # 19.9-20.8 min; on an older EPYC with AVX512-BF16 (bf16 matmuls at 376 GFLOP/s against Zen 5's
-# 640): 38-40 min (seed 0 in 30.4 with SDPA's math backend). Plain GRPO (config/cpu_2digit.py)
-# 0.70-0.79 over the same steps.
+# 640): 38-40 min (seed 0 in 30.4 with SDPA's math backend). Seeds 0 / 4 on Zen 5 again once runs
+# repeated (2026-12-06): 0.868 / 0.892 at step 60, 0.910 / 0.917 at 80. Plain GRPO
+# (config/cpu_2digit.py) 0.70-0.79 over the same steps.
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
 dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)
