@@ -19,6 +19,7 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_optimizer_state_dict)
 from tqdm import tqdm
@@ -204,7 +205,8 @@ def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, crit
     rank writes its part of the optimizer state (DCP) into a folder that rank 0 moves into the
     checkpoint; FSDP: the weights are gathered whole to rank 0 (every rank takes part). lora_base
     (LoRA): the HF folder holds the merged weights (vLLM and transformers load it), 'adapter' the
-    adapters."""
+    adapters. A write that fails (a full disk) leaves the previous checkpoint in place and ends
+    the run with SystemExit: what failed, and which step ckpt_dir still holds (failed_save)."""
     distributed = dist.is_initialized()
     master = not distributed or dist.get_rank() == 0
     mine = rng_state(device)
@@ -216,17 +218,59 @@ def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, crit
         shutil.rmtree(optimizer_dir, ignore_errors=True)
     if distributed:
         dist.barrier()
-    save_optimizers(optimizer_dir, optimizers)
-    weights = {'model': None if lora_base else full_state(model),
-               'critic': full_state(critic) if critic else None}
-    if lora_base:  # the merged weights and the adapters, one at a time, gathered whole (FSDP)
-        adapters = ((k, v) for k, v in model.state_dict().items() if '.lora_' in k)
-        whole = ((k, v.full_tensor() if hasattr(v, 'full_tensor') else v)
-                 for k, v in itertools.chain(merged_weights(model), adapters))
-        weights['model'] = {k: v.detach().cpu() for k, v in whole if master}  # every rank gathers
-    if master:
-        save_checkpoint(ckpt_dir, model, tokenizer, {**trainer_state, 'rng': rngs}, critic=critic,
-                        state_dict=weights['model'], critic_state_dict=weights['critic'],
-                        optimizer_dir=optimizer_dir, lora_base=lora_base)
+    try:
+        save_optimizers(optimizer_dir, optimizers)
+        weights = {'model': None if lora_base else full_state(model),
+                   'critic': full_state(critic) if critic else None}
+        if lora_base:  # the merged weights and the adapters, one at a time, gathered whole (FSDP)
+            adapters = ((k, v) for k, v in model.state_dict().items() if '.lora_' in k)
+            whole = ((k, v.full_tensor() if hasattr(v, 'full_tensor') else v)
+                     for k, v in itertools.chain(merged_weights(model), adapters))
+            weights['model'] = {k: v.detach().cpu() for k, v in whole if master}  # every rank gathers
+        if master:
+            save_checkpoint(ckpt_dir, model, tokenizer, {**trainer_state, 'rng': rngs}, critic=critic,
+                            state_dict=weights['model'], critic_state_dict=weights['critic'],
+                            optimizer_dir=optimizer_dir, lora_base=lora_base)
+    except (OSError, CheckpointException) as e:  # DCP wraps each rank's error in the latter
+        error = next(iter(e.failures.values()))[0] if hasattr(e, 'failures') else e
+        raise SystemExit(failed_save(ckpt_dir, trainer_state['step'], error, master)) from e
     if distributed:
         dist.barrier()
+
+
+def failed_save(ckpt_dir, step, error, master):
+    """The message for a checkpoint write that failed; rank 0 first removes what it left half
+    written (the optimizer folder, an incomplete ckpt.tmp), so a full disk is not left fuller."""
+    if not master:
+        return f"the checkpoint of step {step} was not written: {error}"
+    shutil.rmtree(ckpt_dir + '.optimizer', ignore_errors=True)
+    if not is_complete_checkpoint(ckpt_dir + '.tmp'):  # a complete one is the newest: kept
+        shutil.rmtree(ckpt_dir + '.tmp', ignore_errors=True)
+    meta = read_checkpoint_meta(ckpt_dir)  # finishes a swap cut short between its renames
+    kept = (f"{ckpt_dir} still holds the checkpoint of step {meta['step']} (free some space, then "
+            f"continue from it with --init_from=resume)" if meta else f"no checkpoint in {ckpt_dir}")
+    return f"the checkpoint of step {step} was not written ({error}): {kept}"
+
+
+def checkpoint_bytes(nets):
+    """About what a checkpoint of nets takes on disk: each weight as it is held, and AdamW's two
+    moments (exp_avg and exp_avg_sq, in the parameter's dtype) of each one it trains."""
+    return sum(p.numel() * p.element_size() * (3 if p.requires_grad else 1)
+               for net in nets if net is not None for p in net.parameters())
+
+
+def disk_problem(ckpt_dir, nets, ckpt_interval, max_iters):
+    """Why the disk of ckpt_dir cannot hold this run's checkpoints, or None: checked before the
+    first step, so that a full disk stops the run there, not at its end with its weights unsaved.
+    A save writes the new checkpoint whole beside the previous one (save_checkpoint): room for one
+    more where a checkpoint is already there or only the last step saves, else room for two."""
+    if ckpt_interval == -1:  # no checkpoints
+        return None
+    one_save = os.path.exists(ckpt_dir) or not 0 < ckpt_interval < max_iters
+    need = checkpoint_bytes(nets) * (1 if one_save else 2)
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(ckpt_dir))).free
+    if free >= need:
+        return None
+    return (f"{os.path.dirname(ckpt_dir)} has {free / 2**30:.2f} GiB free, and this run's "
+            f"checkpoints need about {need / 2**30:.2f} GiB: free some space, choose another "
+            f"out_dir, or --ckpt_interval=-1 (no checkpoints)")

@@ -33,8 +33,8 @@ import transformers
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from checkpoint import (load_optimizers, load_trainer_state, read_checkpoint_meta, restore_rng,
-                        resume_problem, save_run, stop_on_signals)
+from checkpoint import (disk_problem, load_optimizers, load_trainer_state, read_checkpoint_meta,
+                        restore_rng, resume_problem, save_run, stop_on_signals)
 from critic import critic_advantages, critic_update
 from curriculum import Curriculum
 from lora import adapters_off, add_lora, load_adapter, merged_weights
@@ -289,6 +289,8 @@ if variant['critic']:  # PPO / VAPO: the value model (the base network, a scalar
     round_ties(critic, autocast_dtype, name='critic')  # the same bf16 trap as the policy's
     critic_scorer, critic_optimizer = trainable(critic, critic_lr, completion_values)
     optimizers['critic'] = (critic, critic_optimizer)
+if problem := disk_problem(ckpt_dir, [model, critic], ckpt_interval, max_iters):
+    config_error(problem)  # now, not when the last step's weights are to be saved
 state = load_trainer_state(ckpt_dir) if resume else None
 if resume:
     load_optimizers(os.path.join(ckpt_dir, 'optimizer'), optimizers)

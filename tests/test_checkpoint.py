@@ -1,8 +1,11 @@
 """Checkpoints survive a crash at any point of save_checkpoint: the on-disk states a crash can leave
 are built here (a real checkpoint of a tiny model, renames cut short), and read_checkpoint_meta,
-which train.py calls first, must find the last complete checkpoint in each."""
+which train.py calls first, must find the last complete checkpoint in each. A full disk (a save
+that fails) leaves the previous one and says so; the disk is checked before the first step."""
+import errno
 import os
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 import checkpoint as checkpoint_py
 from conftest import MODEL_DIR
-from checkpoint import load_trainer_state, read_checkpoint_meta, save_checkpoint
+from checkpoint import (checkpoint_bytes, disk_problem, load_trainer_state, read_checkpoint_meta,
+                        save_checkpoint, save_run)
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +98,73 @@ def test_no_checkpoint_anywhere_is_none(tmp_path):
     os.makedirs(ckpt + ".tmp")  # a write that died before meta.json
     assert read_checkpoint_meta(ckpt) is None and not os.path.exists(ckpt)
     shutil.rmtree(ckpt + ".tmp")
+
+
+def save_whole_run(ckpt_dir, tiny, step):
+    """save_run as train.py calls it: the weights, a stepped AdamW's state (lr 0: the shared tiny
+    model keeps its weights), the trainer state."""
+    model, tokenizer = tiny
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)
+    model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    optimizer.step()
+    model.zero_grad(set_to_none=True)
+    state = {"step": step, "model_source": MODEL_DIR, "config": {"seed": 0},
+             "data_cursor": 10 * step}
+    save_run(ckpt_dir, model, tokenizer, {"policy": (model, optimizer)}, state, "cpu")
+
+
+def full_disk(monkeypatch, where):
+    """From now on torch.save fails as on a full disk: in DCP's optimizer shards ('optimizer') or
+    in the trainer state, the last file save_checkpoint writes before meta.json ('trainer_state')."""
+    save = torch.save
+
+    def failing_save(obj, f, *args, **kwargs):
+        optimizer_shard = not isinstance(f, (str, os.PathLike))  # DCP writes into open streams
+        if optimizer_shard if where == "optimizer" else str(f).endswith("trainer_state.pt"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        save(obj, f, *args, **kwargs)
+    monkeypatch.setattr(torch, "save", failing_save)
+
+
+@pytest.mark.parametrize("where", ["optimizer", "trainer_state"])
+def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path, tiny, monkeypatch, where):
+    ckpt = str(tmp_path / "ckpt")
+    save_whole_run(ckpt, tiny, 3)
+    full_disk(monkeypatch, where)
+    with pytest.raises(SystemExit) as exit_info:
+        save_whole_run(ckpt, tiny, 4)
+    monkeypatch.undo()
+    message = str(exit_info.value)
+    assert "checkpoint of step 4 was not written" in message and "No space left" in message
+    assert f"{ckpt} still holds the checkpoint of step 3" in message
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # nothing half written is left behind
+    check_loads(ckpt, 3, tiny)
+    assert os.listdir(os.path.join(ckpt, "optimizer"))
+
+
+def test_a_full_disk_at_the_first_save_says_no_checkpoint_is_left(tmp_path, tiny, monkeypatch):
+    ckpt = str(tmp_path / "ckpt")
+    full_disk(monkeypatch, "trainer_state")
+    with pytest.raises(SystemExit, match=f"no checkpoint in {ckpt}"):
+        save_whole_run(ckpt, tiny, 1)
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_disk_check_before_the_first_step(tmp_path, tiny, monkeypatch):
+    ckpt = str(tmp_path / "ckpt")
+    save_whole_run(ckpt, tiny, 1)
+    # the estimate against what a checkpoint of the tiny model's weights and AdamW holds
+    written = sum(os.path.getsize(os.path.join(folder, name))
+                  for folder, _, names in os.walk(ckpt) for name in names
+                  if name.endswith((".safetensors", ".distcp")))
+    estimate = checkpoint_bytes([tiny[0], None])
+    assert abs(written - estimate) < 0.01 * estimate
+    free = 1.5 * estimate  # room for one checkpoint, not for two
+    monkeypatch.setattr(checkpoint_py.shutil, "disk_usage", lambda path: SimpleNamespace(free=free))
+    fresh = str(tmp_path / "fresh" / "ckpt")
+    assert "GiB free" in disk_problem(fresh, [tiny[0]], ckpt_interval=10, max_iters=100)
+    assert disk_problem(fresh, [tiny[0]], ckpt_interval=0, max_iters=100) is None  # the end only
+    assert disk_problem(ckpt, [tiny[0]], ckpt_interval=10, max_iters=100) is None  # one there
+    free = 0.5 * estimate
+    assert disk_problem(fresh, [tiny[0]], ckpt_interval=0, max_iters=100)
+    assert disk_problem(fresh, [tiny[0]], ckpt_interval=-1, max_iters=100) is None  # never saves
