@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -30,6 +31,17 @@ def small_model():
         AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(SMALL_MODEL_DIR)
         open(done, "w").close()
     return SMALL_MODEL_DIR
+
+
+def tiny_llama(vocab=96, hidden=32, seed=0, **config):
+    """A tiny Llama in fp32 (2 layers, 4 heads over 2 key / value heads, tied head) with seed's
+    init: the shape of SmolLM2's body at a size a test runs in a second."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        tie_word_embeddings=True, **config))
 
 
 def verifier_config(tmp_path, score):

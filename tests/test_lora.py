@@ -8,20 +8,11 @@ import sys
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import ROOT
+from conftest import ROOT, tiny_llama
 from lora import (ALL_LINEAR, LoRALinear, add_lora, adapters_off, load_adapter, merged_weights,
                   save_adapter)
 from model import completion_logprobs
-
-
-def tiny(seed=0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg)
 
 
 def batch(seed=1):
@@ -32,12 +23,12 @@ def batch(seed=1):
 
 
 def lora_copy(rank=4, alpha=8.0, base_dtype=torch.float32, targets=ALL_LINEAR):
-    return add_lora(tiny(), rank, alpha, targets, base_dtype, seed=0)
+    return add_lora(tiny_llama(), rank, alpha, targets, base_dtype, seed=0)
 
 
 @pytest.mark.parametrize("autocast_dtype", [None, torch.bfloat16])
 def test_at_b_zero_the_log_probs_are_the_base_models_exactly(autocast_dtype):
-    base = tiny()
+    base = tiny_llama()
     # the frozen base stored in the body's dtype: bf16 holds what autocast rounds to anyway
     model = lora_copy(base_dtype=autocast_dtype or torch.float32)
     if autocast_dtype is not None:  # weights on bf16 values (the demo model is bf16-exact)
@@ -76,21 +67,21 @@ def test_merged_weights_are_the_base_plus_the_scaled_product_under_hf_names():
             if name.endswith('lora_B'):
                 p.normal_()
     merged = dict(merged_weights(model))
-    assert set(merged) == set(tiny().state_dict())  # a plain HF checkpoint's names
+    assert set(merged) == set(tiny_llama().state_dict())  # a plain HF checkpoint's names
     layer = model.model.layers[1].mlp.down_proj
     want = layer.weight + 2.0 * layer.lora_B @ layer.lora_A
     assert torch.equal(merged['model.layers.1.mlp.down_proj.weight'], want.detach())
     # loaded into the plain architecture, the merged weights give the LoRA model's log-probs
-    plain = tiny(seed=5)
+    plain = tiny_llama(seed=5)
     plain.load_state_dict(merged)
     assert torch.equal(completion_logprobs(plain, *batch())[0], completion_logprobs(model, *batch())[0])
     # what the sync streams: the projections (a fused q/k/v and gate/up layer gets all its parts)
-    moved = dict(merged_weights(add_lora(tiny(), 2, 4.0, ('q_proj',)), changed_only=True))
+    moved = dict(merged_weights(add_lora(tiny_llama(), 2, 4.0, ('q_proj',)), changed_only=True))
     assert {n.split('.')[-2] for n in moved} == set(ALL_LINEAR) and len(moved) == 2 * len(ALL_LINEAR)
 
 
 def test_steps_move_the_adapters_never_the_base_and_adapters_off_is_the_base():
-    base = tiny()
+    base = tiny_llama()
     model = lora_copy()
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
@@ -126,15 +117,15 @@ def test_the_adapter_in_peft_format_round_trips(tmp_path):
     load_adapter(str(tmp_path), again)
     assert torch.equal(completion_logprobs(again, *batch())[0], completion_logprobs(model, *batch())[0])
     peft = pytest.importorskip('peft')  # a test dependency where installed, never a runtime one
-    loaded = peft.PeftModel.from_pretrained(tiny(), str(tmp_path))
+    loaded = peft.PeftModel.from_pretrained(tiny_llama(), str(tmp_path))
     assert torch.allclose(loaded(batch()[0]).logits, model(batch()[0]).logits, atol=1e-5)
 
 
 def test_a_bad_target_or_rank_is_a_clear_error():
     with pytest.raises(ValueError, match="no linear layer named qkv"):
-        add_lora(tiny(), 4, 8.0, ('q_proj', 'qkv'))
+        add_lora(tiny_llama(), 4, 8.0, ('q_proj', 'qkv'))
     with pytest.raises(ValueError, match=r"lora_rank=40 is above the width of .*k_proj \(32 -> 16\)"):
-        add_lora(tiny(), 40, 8.0, ('k_proj',))
+        add_lora(tiny_llama(), 40, 8.0, ('k_proj',))
 
 
 @pytest.mark.slow

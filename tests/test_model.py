@@ -10,18 +10,13 @@ import sys
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import ROOT, parity_reward
+from conftest import ROOT, parity_reward, tiny_llama
 from model import HeadLogprobs, completion_logprobs, micro_batches
 
 
 def tiny_model(vocab=96):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).double()
+    return tiny_llama(vocab).double()
 
 
 def tiny_batch(vocab=96):
@@ -138,11 +133,7 @@ def test_shared_prompt_backward_repeats_bit_for_bit_on_two_threads():
     atomics from both threads: 5 repeats of the same backward gave 5 different gradients, in each
     of 6 tries (2026-12-06, 2-core EPYC); completion_hidden's index_select gives one. (A 1-core
     machine cannot show the race.)"""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg)
+    model = tiny_llama(hidden=128)
     g = torch.Generator().manual_seed(2)
     # (256, 4): row i answers prompt i % 32 (fp32 rows of 128 x 256 answers: over torch's grain)
     prompt_ids = torch.randint(1, 96, (32, 4), generator=g)[torch.arange(256) % 32]

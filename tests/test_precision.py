@@ -4,9 +4,9 @@ model at load."""
 import os
 
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer
 
-from conftest import MODEL_DIR
+from conftest import MODEL_DIR, tiny_llama
 from model import MAX_TIE_FRAC, load_model, round_ties, rounding_ties
 
 # Bound on the mean |log pi - log pi_old| of the second pass after one AdamW step at lr 1e-8 (bf16
@@ -56,14 +56,6 @@ def test_rounding_ties_is_the_definition():
     assert rounding_ties(ties[ties.abs() < 1e38]).all()
 
 
-def tiny_model():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg)
-
-
 def put_on_ties(model, dtype, every=10):
     """Every `every`-th weight moved onto a dtype tie, all others onto dtype values (so: no other
     ties); a few subnormal ties among them. Returns the number of ties."""
@@ -81,7 +73,7 @@ def put_on_ties(model, dtype, every=10):
 
 def test_guard_counts_exactly_rounds_and_prints_one_line(capsys):
     dtype = torch.bfloat16
-    model = tiny_model()
+    model = tiny_llama()
     n = put_on_ties(model, dtype)
     total = sum(p.numel() for p in model.parameters())
     assert n > MAX_TIE_FRAC * total
@@ -99,11 +91,11 @@ def test_guard_counts_exactly_rounds_and_prints_one_line(capsys):
 
 
 def test_guard_leaves_a_tie_free_model_alone(capsys):
-    model = tiny_model()  # a fresh fp32 init: a tie is a 2**-16 accident
+    model = tiny_llama()  # a fresh fp32 init: a tie is a 2**-16 accident
     before = {k: v.clone() for k, v in model.state_dict().items()}
     for dtype in (torch.bfloat16, None, torch.float32):
         assert round_ties(model, dtype) < MAX_TIE_FRAC * sum(p.numel() for p in model.parameters())
-    model_few = tiny_model()
+    model_few = tiny_llama()
     # 0.5 %: below the threshold
     few = put_on_ties(model_few, torch.bfloat16, every=200)
     assert round_ties(model_few, torch.bfloat16) == few
@@ -113,7 +105,7 @@ def test_guard_leaves_a_tie_free_model_alone(capsys):
 
 
 def test_load_model_rounds_ties_for_the_autocast_dtype(tmp_path, capsys):
-    model = tiny_model()
+    model = tiny_llama()
     n = put_on_ties(model, torch.bfloat16)
     model.save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(tmp_path)
@@ -138,11 +130,7 @@ def test_a_tiny_step_jumps_on_ties_and_round_ties_takes_the_jump_away():
     AdamW step at lr 1e-8 moves the second pass's log-probs by 0.075 nats (5 % clipped); with the
     ties rounded first, by 2.5e-7."""
     from bench import ratio_floor
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True, initializer_range=0.3)
-    model = LlamaForCausalLM(cfg)
+    model = tiny_llama(hidden=64, initializer_range=0.3)
     g = torch.Generator().manual_seed(1)
     batch = {'prompt_ids': torch.randint(1, 96, (8, 6), generator=g),
              'prompt_mask': torch.ones(8, 6, dtype=torch.long),
