@@ -18,7 +18,8 @@
 # 2-core Intel Xeon with AMX (2026-12-04): 0.906 / 0.922 / 0.896 and 0.917 / 0.927 / 0.906 in
 # 19.9-20.8 min; on an older EPYC with AVX512-BF16 (bf16 matmuls at 376 GFLOP/s against Zen 5's
 # 640): 38-40 min (seed 0 in 30.4 with SDPA's math backend). Seeds 0 / 4 on Zen 5 again once runs
-# repeated (2026-12-06): 0.868 / 0.892 at step 60, 0.910 / 0.917 at 80. Plain GRPO
+# repeated (2026-12-06): 0.868 / 0.892 at step 60, 0.910 / 0.917 at 80; three passes a batch
+# (68 steps in the same minutes, seeds 0-5): the headline in 1 of 6 (docs/lab.md). Plain GRPO
 # (config/cpu_2digit.py) 0.70-0.79 over the same steps.
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
