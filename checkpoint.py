@@ -19,6 +19,7 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from safetensors import SafetensorError
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_optimizer_state_dict)
@@ -29,6 +30,9 @@ from model import save_critic
 
 # DCP (save_optimizers) in one process, without torch.distributed, is what plain python means
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+# what a full disk raises, measured on a full tmpfs: OSError (open, json), RuntimeError (torch.save:
+# "unexpected pos"), SafetensorError (the weights), CheckpointException (DCP, around each rank's)
+FULL_DISK_ERRORS = (OSError, RuntimeError, SafetensorError, CheckpointException)
 
 # -----------------------------------------------------------------------------
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
@@ -206,7 +210,8 @@ def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, crit
     checkpoint; FSDP: the weights are gathered whole to rank 0 (every rank takes part). lora_base
     (LoRA): the HF folder holds the merged weights (vLLM and transformers load it), 'adapter' the
     adapters. A write that fails (a full disk) leaves the previous checkpoint in place and ends
-    the run with SystemExit: what failed, and which step ckpt_dir still holds (failed_save)."""
+    the run on every rank with SystemExit: what failed, and which step ckpt_dir still holds
+    (failed_save)."""
     distributed = dist.is_initialized()
     master = not distributed or dist.get_rank() == 0
     mine = rng_state(device)
@@ -231,16 +236,25 @@ def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, crit
             save_checkpoint(ckpt_dir, model, tokenizer, {**trainer_state, 'rng': rngs}, critic=critic,
                             state_dict=weights['model'], critic_state_dict=weights['critic'],
                             optimizer_dir=optimizer_dir, lora_base=lora_base)
-    except (OSError, CheckpointException) as e:  # DCP wraps each rank's error in the latter
+    except FULL_DISK_ERRORS as e:
         error = next(iter(e.failures.values()))[0] if hasattr(e, 'failures') else e
-        raise SystemExit(failed_save(ckpt_dir, trainer_state['step'], error, master)) from e
-    if distributed:
-        dist.barrier()
+    else:
+        error = None
+    if distributed:  # a barrier that tells every rank whether a write failed on any rank
+        failed = torch.tensor([error is not None], dtype=torch.int32, device=device)
+        dist.all_reduce(failed)
+        if failed.item() and error is None:
+            error = "a write failed on another rank (rank 0 says which)"
+    if error is not None:
+        raise SystemExit(failed_save(ckpt_dir, trainer_state['step'], error, master))
 
 
 def failed_save(ckpt_dir, step, error, master):
-    """The message for a checkpoint write that failed; rank 0 first removes what it left half
-    written (the optimizer folder, an incomplete ckpt.tmp), so a full disk is not left fuller."""
+    """The message for a checkpoint write that failed, with the disk's free space (torch.save's
+    own words for a full disk are "unexpected pos"); rank 0 first removes what it left half written
+    (the optimizer folder, an incomplete ckpt.tmp), so a full disk is not left fuller."""
+    folder = os.path.dirname(os.path.abspath(ckpt_dir))
+    error = f"{error}; {shutil.disk_usage(folder).free / 2**30:.2f} GiB free in {folder}"
     if not master:
         return f"the checkpoint of step {step} was not written: {error}"
     shutil.rmtree(ckpt_dir + '.optimizer', ignore_errors=True)

@@ -2,13 +2,16 @@
 are built here (a real checkpoint of a tiny model, renames cut short), and read_checkpoint_meta,
 which train.py calls first, must find the last complete checkpoint in each. A full disk (a save
 that fails) leaves the previous one and says so; the disk is checked before the first step."""
-import errno
 import os
 import shutil
+import socket
 from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
+from safetensors import SafetensorError
+from transformers import modeling_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import checkpoint as checkpoint_py
@@ -114,28 +117,39 @@ def save_whole_run(ckpt_dir, tiny, step):
 
 
 def full_disk(monkeypatch, where):
-    """From now on torch.save fails as on a full disk: in DCP's optimizer shards ('optimizer') or
-    in the trainer state, the last file save_checkpoint writes before meta.json ('trainer_state')."""
-    save = torch.save
+    """From now on a write fails as it does on a full disk (a full tmpfs, 2026-12-06): torch.save
+    raises its zip writer's RuntimeError, in DCP's optimizer shards ('optimizer') or in the trainer
+    state, the last file save_checkpoint writes before meta.json ('trainer_state'); safetensors
+    raises SafetensorError in the weights ('weights')."""
+    save, save_file = torch.save, modeling_utils.safe_save_file
 
     def failing_save(obj, f, *args, **kwargs):
         optimizer_shard = not isinstance(f, (str, os.PathLike))  # DCP writes into open streams
         if optimizer_shard if where == "optimizer" else str(f).endswith("trainer_state.pt"):
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
         save(obj, f, *args, **kwargs)
+
+    def failing_save_file(*args, **kwargs):
+        if where == "weights":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device")
+        save_file(*args, **kwargs)
     monkeypatch.setattr(torch, "save", failing_save)
+    monkeypatch.setattr(modeling_utils, "safe_save_file", failing_save_file)
 
 
-@pytest.mark.parametrize("where", ["optimizer", "trainer_state"])
+@pytest.mark.parametrize("where", ["optimizer", "trainer_state", "weights"])
 def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path, tiny, monkeypatch, where):
     ckpt = str(tmp_path / "ckpt")
     save_whole_run(ckpt, tiny, 3)
     full_disk(monkeypatch, where)
+    monkeypatch.setattr(checkpoint_py.shutil, "disk_usage", lambda path: SimpleNamespace(free=2**20))
     with pytest.raises(SystemExit) as exit_info:
         save_whole_run(ckpt, tiny, 4)
     monkeypatch.undo()
     message = str(exit_info.value)
-    assert "checkpoint of step 4 was not written" in message and "No space left" in message
+    assert message.startswith("the checkpoint of step 4 was not written (")
+    assert ("No space left" if where == "weights" else "unexpected pos") in message
+    assert f"0.00 GiB free in {tmp_path}" in message
     assert f"{ckpt} still holds the checkpoint of step 3" in message
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # nothing half written is left behind
     check_loads(ckpt, 3, tiny)
@@ -168,3 +182,50 @@ def test_the_disk_check_before_the_first_step(tmp_path, tiny, monkeypatch):
     free = 0.5 * estimate
     assert disk_problem(fresh, [tiny[0]], ckpt_interval=0, max_iters=100)
     assert disk_problem(fresh, [tiny[0]], ckpt_interval=-1, max_iters=100) is None  # never saves
+
+
+def failing_trainer_state(obj, f, *args, **kwargs):
+    """torch.save, but the trainer state fails as on a full disk."""
+    if str(f).endswith("trainer_state.pt"):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    return TORCH_SAVE(obj, f, *args, **kwargs)
+
+
+TORCH_SAVE = torch.save
+
+
+def save_two_ranks(rank, ckpt, port, messages):
+    """One of two gloo ranks: a checkpoint at step 3, then at step 4 with rank 0's trainer state
+    failing as on a full disk; what each rank's SystemExit says goes into messages."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)  # the same tiny model on both ranks
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    tiny = LlamaForCausalLM(config), tokenizer
+    save_whole_run(ckpt, tiny, 3)
+    if rank == 0:
+        torch.save = failing_trainer_state
+    try:
+        save_whole_run(ckpt, tiny, 4)
+    except SystemExit as e:
+        messages.put((rank, str(e)))
+    dist.destroy_process_group()
+
+
+def test_a_save_that_fails_on_rank_0_ends_every_rank(tmp_path):
+    """Under torchrun a write that fails on rank 0 alone (its trainer state) is not a hang nor a
+    gloo traceback on the other rank: every rank learns it and exits with a message."""
+    ckpt = str(tmp_path / "ckpt")
+    context = torch.multiprocessing.get_context("spawn")
+    messages = context.Queue()
+    with socket.socket() as free:  # a port no other test holds
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torch.multiprocessing.start_processes(save_two_ranks, args=(ckpt, port, messages), nprocs=2,
+                                          start_method="spawn")
+    said = dict(messages.get(timeout=60) for _ in range(2))
+    assert "unexpected pos" in said[0] and f"{ckpt} still holds the checkpoint of step 3" in said[0]
+    assert "a write failed on another rank" in said[1]
+    assert read_checkpoint_meta(ckpt)["step"] == 3 and sorted(os.listdir(tmp_path)) == ["ckpt"]
