@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors import SafetensorError
-from transformers import modeling_utils
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+                          modeling_utils)
 
 import checkpoint as checkpoint_py
 from conftest import MODEL_DIR
@@ -22,9 +22,16 @@ from checkpoint import (checkpoint_bytes, disk_problem, load_trainer_state, read
 
 @pytest.fixture(scope="module")
 def tiny():
+    return tiny_model()
+
+
+def tiny_model():
+    """A one-layer Llama over SmolLM2's tokenizer (its vocabulary), seed 0's init, and the
+    tokenizer."""
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
     return LlamaForCausalLM(config), tokenizer
 
 
@@ -121,20 +128,28 @@ def full_disk(monkeypatch, where):
     raises its zip writer's RuntimeError, in DCP's optimizer shards ('optimizer') or in the trainer
     state, the last file save_checkpoint writes before meta.json ('trainer_state'); safetensors
     raises SafetensorError in the weights ('weights')."""
-    save, save_file = torch.save, modeling_utils.safe_save_file
-
-    def failing_save(obj, f, *args, **kwargs):
-        optimizer_shard = not isinstance(f, (str, os.PathLike))  # DCP writes into open streams
-        if optimizer_shard if where == "optimizer" else str(f).endswith("trainer_state.pt"):
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
-        save(obj, f, *args, **kwargs)
+    save_file = modeling_utils.safe_save_file
 
     def failing_save_file(*args, **kwargs):
         if where == "weights":
             raise SafetensorError("Error while serializing: I/O error: No space left on device")
         save_file(*args, **kwargs)
-    monkeypatch.setattr(torch, "save", failing_save)
+    monkeypatch.setattr(torch, "save", failing_torch_save(where))
     monkeypatch.setattr(modeling_utils, "safe_save_file", failing_save_file)
+
+
+TORCH_SAVE = torch.save
+
+
+def failing_torch_save(where):
+    """torch.save, but failing with its zip writer's error for a full disk in DCP's optimizer
+    shards ('optimizer') or in the trainer state ('trainer_state')."""
+    def failing_save(obj, f, *args, **kwargs):
+        optimizer_shard = not isinstance(f, (str, os.PathLike))  # DCP writes into open streams
+        if optimizer_shard if where == "optimizer" else str(f).endswith("trainer_state.pt"):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+        return TORCH_SAVE(obj, f, *args, **kwargs)
+    return failing_save
 
 
 @pytest.mark.parametrize("where", ["optimizer", "trainer_state", "weights"])
@@ -184,29 +199,15 @@ def test_the_disk_check_before_the_first_step(tmp_path, tiny, monkeypatch):
     assert disk_problem(fresh, [tiny[0]], ckpt_interval=-1, max_iters=100) is None  # never saves
 
 
-def failing_trainer_state(obj, f, *args, **kwargs):
-    """torch.save, but the trainer state fails as on a full disk."""
-    if str(f).endswith("trainer_state.pt"):
-        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
-    return TORCH_SAVE(obj, f, *args, **kwargs)
-
-
-TORCH_SAVE = torch.save
-
-
 def save_two_ranks(rank, ckpt, port, messages):
     """One of two gloo ranks: a checkpoint at step 3, then at step 4 with rank 0's trainer state
     failing as on a full disk; what each rank's SystemExit says goes into messages."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    torch.manual_seed(0)  # the same tiny model on both ranks
-    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-    tiny = LlamaForCausalLM(config), tokenizer
+    tiny = tiny_model()  # the same on both ranks (seed 0)
     save_whole_run(ckpt, tiny, 3)
     if rank == 0:
-        torch.save = failing_trainer_state
+        torch.save = failing_torch_save("trainer_state")
     try:
         save_whole_run(ckpt, tiny, 4)
     except SystemExit as e:
