@@ -27,7 +27,11 @@ reference is the same network with its adapters off: only the adapters move, and
 (a frozen and a trained parameter in each layer, of two dtypes) must make the single process's
 step.
 
-    torchrun --nproc_per_node=2 tests/ddp_update.py LOSS_TYPE ADV_SCALE OUT_PATH [PARALLEL [LORA]]"""
+Several cases run in one torchrun, one after the other (the processes start once):
+
+    torchrun --nproc_per_node=2 tests/ddp_update.py OUT_DIR LOSS_TYPE:ADV_SCALE:PARALLEL:LORA ...
+
+each case's result in OUT_DIR/<case>.pt (LORA: 'lora' or empty)."""
 import datetime
 import os
 import sys
@@ -46,9 +50,6 @@ from losses import CRITIC_LOSS_TYPES, VARIANTS, group_advantages, policy_loss  #
 from model import (Scorer, all_reduce_sum, backward_pass, close_process_group,  # noqa: E402
                    completion_values, even_micro_batches, wrap)
 
-loss_type, adv_scale, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
-parallel = sys.argv[4] if len(sys.argv) > 4 else 'ddp'
-lora = len(sys.argv) > 5 and sys.argv[5] == 'lora'
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))  # a mismatch fails fast
 rank, world = dist.get_rank(), dist.get_world_size()
 CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -94,7 +95,6 @@ batch = {'prompt_ids': prompt_ids,
          'completion_mask': attention.float() * (1 - tool), 'completion_attention': attention,
          'rewards': torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.3, 1.0, 0.7, 0.2, 0.0, 1.0, 0.5])}
 batch['correct'] = (batch['rewards'] > 0.5).float()
-BETA = 0.0 if loss_type in CRITIC_LOSS_TYPES else 0.05  # the critic's KL is a reward instead
 
 
 def flat(params):  # FSDP's shards gathered whole
@@ -191,15 +191,22 @@ def start():
 # sharding of prompts gives them)
 assert world == 2
 shard = list(range(G)) if rank == 0 else list(range(G, B))
-split, split_optimizers = one_step(shard, ddp=True, micro=G if rank == 0 else 2)
-# the split step's optimizer state, saved by every rank (its shards under FSDP), loaded into
-# unsharded optimizers on every rank: it must be the state of the whole-batch step in one process
-save_optimizers(out_path + '.optimizer', split_optimizers)
-whole, whole_optimizers = one_step(list(range(B)), ddp=False, micro=2)
-loaded = fresh_optimizers()
-load_optimizers(out_path + '.optimizer', loaded)
-if rank == 0:
-    torch.save({"split": split, "whole": whole, "start": start(), "whole_state":
-                momentum(whole_optimizers), "loaded_state": momentum(loaded)}, out_path)
-dist.barrier()
+out_dir = sys.argv[1]
+for case in sys.argv[2:]:  # the functions above read these globals
+    loss_type, adv_scale, parallel, lora = case.split(':')
+    lora = lora == 'lora'
+    BETA = 0.0 if loss_type in CRITIC_LOSS_TYPES else 0.05  # the critic's KL is a reward instead
+    out_path = os.path.join(out_dir, case.replace(':', '-') + '.pt')
+    split, split_optimizers = one_step(shard, ddp=True, micro=G if rank == 0 else 2)
+    # the split step's optimizer state, saved by every rank (its shards under FSDP), loaded into
+    # unsharded optimizers on every rank: it must be the state of the whole-batch step in one
+    # process
+    save_optimizers(out_path + '.optimizer', split_optimizers)
+    whole, whole_optimizers = one_step(list(range(B)), ddp=False, micro=2)
+    loaded = fresh_optimizers()
+    load_optimizers(out_path + '.optimizer', loaded)
+    if rank == 0:
+        torch.save({"split": split, "whole": whole, "start": start(), "whole_state":
+                    momentum(whole_optimizers), "loaded_state": momentum(loaded)}, out_path)
+    dist.barrier()
 close_process_group()

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import train_log
+from conftest import SMALL_MODEL_DIR, train_log
 from critic import gae, length_adaptive_lambda, value_loss
 from model import completion_values, load_critic, save_critic
 
@@ -119,7 +119,8 @@ def test_value_pretraining_fits_a_fixed_batch(tmp_path):
 
 
 TINY = ["config/cpu_demo.py", "--rollout_engine=hf", "--prompts_per_step=2", "--group_size=4",
-        "--max_new_tokens=8", "--eval_interval=0", "--micro_batch_size=4"]
+        "--max_new_tokens=8", "--eval_interval=0", "--micro_batch_size=4",
+        f"--init_from={SMALL_MODEL_DIR}"]  # the 2-layer model: the critic's bookkeeping is the test
 
 
 def train(*args):
@@ -127,7 +128,7 @@ def train(*args):
 
 
 @pytest.mark.slow
-def test_ppo_and_vapo_train_checkpoint_and_resume(tmp_path):
+def test_ppo_and_vapo_train_checkpoint_and_resume(tmp_path, small_model):
     """ppo with a KL reward and 2 iterations; vapo with 1 warm-up step (the policy waits), a
     checkpoint with the critic, and a resume that continues it."""
     log = train(f"--out_dir={tmp_path / 'ppo'}", "--ckpt_interval=-1", "--loss_type=ppo",
@@ -150,9 +151,8 @@ def test_ppo_and_vapo_train_checkpoint_and_resume(tmp_path):
     # value pre-training: after the warm-up step the policy is still the initial model, the critic
     # is not
     from transformers import AutoModelForCausalLM
-    from conftest import MODEL_DIR
     initial, saved = (AutoModelForCausalLM.from_pretrained(d).state_dict()
-                      for d in (MODEL_DIR, out / "ckpt"))
+                      for d in (small_model, out / "ckpt"))
     assert all(torch.equal(initial[k], saved[k]) for k in initial)
     assert load_critic(str(out / "ckpt" / "critic")).score.weight.abs().sum() > 0
     log = train(f"--out_dir={out}", "--loss_type=vapo", "--max_iters=3", "--value_warmup_steps=1",

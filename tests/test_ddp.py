@@ -27,12 +27,24 @@ def records(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
 
-@pytest.mark.parametrize("loss_type, adv_scale, parallel, lora", [
-    ("dapo", "group", "ddp", ""), ("grpo", "batch", "ddp", ""), ("dr_grpo", "none", "ddp", ""),
-    ("ppo", "group", "ddp", ""), ("vapo", "group", "ddp", ""), ("grpo", "group", "ddp", "lora"),
-    ("grpo", "group", "fsdp", ""), ("dapo", "batch", "fsdp", ""), ("ppo", "group", "fsdp", ""),
-    ("grpo", "group", "fsdp", "lora")])
-def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale, parallel, lora):
+UPDATE_CASES = [("dapo", "group", "ddp", ""), ("grpo", "batch", "ddp", ""), ("dr_grpo", "none", "ddp", ""),
+                ("ppo", "group", "ddp", ""), ("vapo", "group", "ddp", ""), ("grpo", "group", "ddp", "lora"),
+                ("grpo", "group", "fsdp", ""), ("dapo", "batch", "fsdp", ""), ("ppo", "group", "fsdp", ""),
+                ("grpo", "group", "fsdp", "lora")]
+
+
+@pytest.fixture(scope="module")
+def updates(tmp_path_factory):
+    """Every case of the test below in one torchrun (two processes started once, not ten times):
+    its results' folder."""
+    out_dir = tmp_path_factory.mktemp("updates")
+    torchrun("tests/ddp_update.py", str(out_dir), *(":".join(case) for case in UPDATE_CASES),
+             timeout=600)
+    return out_dir
+
+
+@pytest.mark.parametrize("loss_type, adv_scale, parallel, lora", UPDATE_CASES)
+def test_two_ranks_make_the_single_process_update(updates, loss_type, adv_scale, parallel, lora):
     """ppo / vapo: the critic's advantages (whitened over both ranks' tokens) and its update
     included; adv_scale='batch': the std is over both ranks' rewards. fsdp: the policy (and the
     critic, and the reference model) sharded by FSDP2 over the two ranks, tied embeddings
@@ -41,9 +53,7 @@ def test_two_ranks_make_the_single_process_update(tmp_path, loss_type, adv_scale
     size doesn't match expected size"). lora: only the adapters train (DDP all-reduces theirs
     alone; FSDP2: a frozen bf16 base and trained fp32 adapters in each layer), the KL reference is
     the policy with its adapters off."""
-    out = str(tmp_path / "update.pt")
-    torchrun("tests/ddp_update.py", loss_type, adv_scale, out, parallel, lora, timeout=300)
-    result = torch.load(out)
+    result = torch.load(updates / f"{loss_type}-{adv_scale}-{parallel}-{lora}.pt")
     moved = (result["whole"] - result["start"]).abs().max()
     # the step did something
     assert moved > 1e-4
@@ -135,7 +145,7 @@ def two_nodes(tmp_path, *args, timeout=900):
 
 
 @pytest.mark.slow
-def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
+def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path, small_model):
     """The headline launch, one vLLM-CPU engine per rank, through every checkpoint layout:
     1. DDP on two "nodes" of one rank each (the multi-node launch): steps 1-2, evals, a checkpoint;
     2. resumed by one torchrun of 2 ranks with parallel='fsdp': the optimizer state saved by the DDP
@@ -145,13 +155,15 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path):
        into each engine at the sync and into an HF folder at the checkpoint, the optimizer's
        shards written by each rank;
     3. resumed by one plain process (another world size, unsharded): step 4.
-    entropy_coef gives every step a gradient, so an engine that did not get the new weights would
-    drift from the trainer (rollout_mismatch; the no-op sync of test_train's guard test makes it
-    1.15 at step 2 here, against ~5e-6)."""
+    The 2-layer model (conftest.small_model): the launches, engines and layouts are the test, not
+    the model's answers. entropy_coef gives every step a gradient, so an engine that did not get
+    the new weights would drift from the trainer (rollout_mismatch: with a no-op sync, 0.318 at
+    step 2, 31.8x step 1's, and the run stops there: stop_mismatch)."""
     out_dir = str(tmp_path / "run")
     tiny = ["train.py", "config/cpu_demo.py", f"--out_dir={out_dir}", "--prompts_per_step=2",
             "--group_size=4", "--max_new_tokens=8", "--micro_batch_size=4", "--eval_interval=2",
-            "--eval_problems=4", "--eval_samples=2", "--entropy_coef=0.01", "--learning_rate=1e-4"]
+            "--eval_problems=4", "--eval_samples=2", "--entropy_coef=0.01", "--learning_rate=1e-4",
+            f"--init_from={small_model}"]
     ckpt = os.path.join(out_dir, "ckpt")
     stdout = two_nodes(tmp_path, *tiny, "--max_iters=2")
     assert "continue: torchrun --nproc_per_node=1 --nnodes=2 --node_rank=... " in stdout

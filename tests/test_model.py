@@ -171,6 +171,7 @@ def test_cpu_attention_runs_sdpas_math_backend():
 
 
 def run_step(out_dir, *args):
+    """One step on the HF engine, in fp32: its record."""
     cmd = [sys.executable, "train.py", "config/cpu_demo.py", "--rollout_engine=hf", "--loss_type=dapo",
            "--prompts_per_step=4", "--group_size=4", "--max_new_tokens=12", "--max_iters=1",
            "--eval_interval=0", "--dtype=float32", "--ckpt_interval=-1", f"--out_dir={out_dir}",
@@ -182,15 +183,20 @@ def run_step(out_dir, *args):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))][-1]
 
 
-def test_token_budget_micro_batches_change_nothing_but_work(tmp_path):
+def test_token_budget_micro_batches_change_nothing_but_work(tmp_path, small_model):
     """The same step (same seed, same samples: 4 groups of 4) in micro-batches of 4 rows with
     gradient checkpointing (every row runs its own prompt: HF's checkpointing drops the shared
     prompt's KV cache), and packed by a budget of 400 tokens (a group's prompt runs once per
-    micro-batch): the loss and gradient are the same sums, with fewer tokens through the body."""
-    fixed = run_step(tmp_path / "fixed", "--micro_batch_size=4", "--max_tokens_per_micro=100000",
-                     "--gradient_checkpointing=True", "--skip_zero_adv=False")
-    packed = run_step(tmp_path / "packed", "--micro_batch_size=16", "--max_tokens_per_micro=400",
-                      "--skip_zero_adv=False")
+    micro-batch): the loss and gradient are the same sums, with fewer tokens through the body.
+    The 2-layer model (conftest.small_model), rewarded by the parity of the answer's length: live
+    groups whatever it samples (its answers mostly run to the limit, and DAPO's on-policy loss of
+    equal lengths is 0: the gradient is the check)."""
+    args = [parity_reward(tmp_path), "--skip_zero_adv=False", f"--init_from={small_model}"]
+    fixed = run_step(tmp_path / "fixed", *args, "--micro_batch_size=4",
+                     "--max_tokens_per_micro=100000", "--gradient_checkpointing=True")
+    packed = run_step(tmp_path / "packed", *args, "--micro_batch_size=16",
+                      "--max_tokens_per_micro=400")
+    assert packed["grad_norm"] > 0
     assert (fixed["reward"] == packed["reward"]
             and fixed["completion_len"] == packed["completion_len"])
     assert packed["loss"] == pytest.approx(fixed["loss"], rel=1e-5, abs=1e-7)

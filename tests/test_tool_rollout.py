@@ -159,16 +159,16 @@ def test_a_vllm_run_with_the_tool_logs_its_calls_and_scores_the_samplers_context
 
 @pytest.mark.slow
 def test_a_tool_run_resumes_exactly(tmp_path):
-    """HF engine (its sampler's RNG is ours to save): a run stopped at step 2 and resumed samples
-    step 3 as the uninterrupted run did, turn after turn, calls and results included."""
+    """HF engine (its sampler's RNG is ours to save): a run stopped at step 1 and resumed samples
+    step 2 as the uninterrupted run did, turn after turn, calls and results included."""
     data = multiply_rows(tmp_path)
     common = [f"--data_dir={data}", "--rollout_engine=hf", "--eval_interval=0"]
-    full = train(f"--out_dir={tmp_path / 'full'}", *common, "--max_iters=3", "--ckpt_interval=-1")
-    train(f"--out_dir={tmp_path / 'cut'}", *common, "--max_iters=2")
-    cut = train(f"--out_dir={tmp_path / 'cut'}", *common, "--max_iters=3", "--init_from=resume")
+    full = train(f"--out_dir={tmp_path / 'full'}", *common, "--max_iters=2", "--ckpt_interval=-1")
+    train(f"--out_dir={tmp_path / 'cut'}", *common, "--max_iters=1")
+    cut = train(f"--out_dir={tmp_path / 'cut'}", *common, "--max_iters=2", "--init_from=resume")
     a, b = ({r["step"]: r for r in log if "reward" in r} for log in (full, cut))
-    assert sorted(b) == [1, 2, 3] and a[3]["tool/calls"] > 0
+    assert sorted(b) == [1, 2] and a[2]["tool/calls"] > 0 and a[2]["grad_norm"] > 0
     for key in ("reward", "completion_len", "tool/calls", "tool/tokens", "tool/errors"):
-        assert a[3][key] == b[3][key], key
+        assert a[2][key] == b[2][key], key
     for key in ("loss", "grad_norm", "entropy"):
-        assert a[3][key] == pytest.approx(b[3][key], rel=1e-4, abs=1e-7), key
+        assert a[2][key] == pytest.approx(b[2][key], rel=1e-4, abs=1e-7), key
