@@ -21,8 +21,9 @@
 # repeated (2026-12-06): 0.868 / 0.892 at step 60, 0.910 / 0.917 at 80; three passes a batch
 # (68 steps in the same minutes, seeds 0-5): the headline in 1 of 6 (docs/lab.md). Plain GRPO
 # (config/cpu_2digit.py) 0.70-0.79 over the same steps.
-# On a 2-core Zen 2 EPYC with AVX2 only (fp32), seed 0, 2026-12-06: 0.912 / 0.924 at steps 60 / 80
-# in 45.8 / 64.5 min: the 20 minutes are a bf16 CPU's (docs/lab.md, "On an AVX2 EPYC, in fp32").
+# On a 2-core Zen 2 EPYC with AVX2 only (fp32), 2026-12-06: seed 0 0.912 / 0.924 at steps 60 / 80
+# in 45.8 / 64.5 min, seed 1 0.866 / 0.909 in 43.4 / 59.4: the 20 minutes are a bf16 CPU's
+# (docs/lab.md, "On an AVX2 EPYC, in fp32").
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
 dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)

@@ -27,10 +27,11 @@ def records(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
 
-UPDATE_CASES = [("dapo", "group", "ddp", ""), ("grpo", "batch", "ddp", ""), ("dr_grpo", "none", "ddp", ""),
-                ("ppo", "group", "ddp", ""), ("vapo", "group", "ddp", ""), ("grpo", "group", "ddp", "lora"),
-                ("grpo", "group", "fsdp", ""), ("dapo", "batch", "fsdp", ""), ("ppo", "group", "fsdp", ""),
-                ("grpo", "group", "fsdp", "lora")]
+UPDATE_CASES = [  # loss_type, adv_scale, parallel, lora
+    ("dapo", "group", "ddp", ""), ("grpo", "batch", "ddp", ""), ("dr_grpo", "none", "ddp", ""),
+    ("ppo", "group", "ddp", ""), ("vapo", "group", "ddp", ""), ("grpo", "group", "ddp", "lora"),
+    ("grpo", "group", "fsdp", ""), ("dapo", "batch", "fsdp", ""), ("ppo", "group", "fsdp", ""),
+    ("grpo", "group", "fsdp", "lora")]
 
 
 @pytest.fixture(scope="module")
