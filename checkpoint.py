@@ -33,6 +33,9 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 # what a full disk raises, measured on a full tmpfs: OSError (open, json), RuntimeError (torch.save:
 # "unexpected pos"), SafetensorError (the weights), CheckpointException (DCP, around each rank's)
 FULL_DISK_ERRORS = (OSError, RuntimeError, SafetensorError, CheckpointException)
+# the words that tell a failed write from a bug among the RuntimeErrors and SafetensorErrors
+# (torch 2.13's zip writer, safetensors' I/O error); any other error is raised as it is
+WRITE_FAILURE_WORDS = ("unexpected pos", "file write failed", "I/O error", "No space left")
 
 # -----------------------------------------------------------------------------
 # checkpoints: an HF folder (loadable by transformers and vLLM) plus the trainer's state
@@ -237,7 +240,9 @@ def save_run(ckpt_dir, model, tokenizer, optimizers, trainer_state, device, crit
                             state_dict=weights['model'], critic_state_dict=weights['critic'],
                             optimizer_dir=optimizer_dir, lora_base=lora_base)
     except FULL_DISK_ERRORS as e:
-        error = next(iter(e.failures.values()))[0] if hasattr(e, 'failures') else e
+        error = next(iter(e.failures.values()))[0] if hasattr(e, 'failures') else e  # DCP: a rank's
+        if not isinstance(error, OSError) and not any(w in str(error) for w in WRITE_FAILURE_WORDS):
+            raise  # not a failed write: a bug, with its own traceback
     else:
         error = None
     if distributed:  # a barrier that tells every rank whether a write failed on any rank

@@ -171,6 +171,21 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path, tiny, m
     assert os.listdir(os.path.join(ckpt, "optimizer"))
 
 
+@pytest.mark.parametrize("where", ["optimizer", "trainer_state"])
+def test_an_error_that_is_not_a_failed_write_is_raised_as_it_is(tmp_path, tiny, monkeypatch, where):
+    """A bug in a save (here torch.save's RuntimeError with other words) keeps its own error and
+    traceback: it is not reported as a full disk."""
+    def buggy_save(obj, f, *args, **kwargs):
+        optimizer_shard = not isinstance(f, (str, os.PathLike))
+        if optimizer_shard if where == "optimizer" else str(f).endswith("trainer_state.pt"):
+            raise RuntimeError("a bug in the state")
+        return TORCH_SAVE(obj, f, *args, **kwargs)
+    monkeypatch.setattr(torch, "save", buggy_save)
+    with pytest.raises(BaseException, match="a bug in the state") as raised:  # DCP: BaseException
+        save_whole_run(str(tmp_path / "ckpt"), tiny, 1)
+    assert not isinstance(raised.value, SystemExit)
+
+
 def test_a_full_disk_at_the_first_save_says_no_checkpoint_is_left(tmp_path, tiny, monkeypatch):
     ckpt = str(tmp_path / "ckpt")
     full_disk(monkeypatch, "trainer_state")
