@@ -141,13 +141,17 @@ def full_disk(monkeypatch, where):
 TORCH_SAVE = torch.save
 
 
-def failing_torch_save(where):
-    """torch.save, but failing with its zip writer's error for a full disk in DCP's optimizer
-    shards ('optimizer') or in the trainer state ('trainer_state')."""
+# torch.save's words for a full disk (its zip writer, measured on a full tmpfs)
+FULL_DISK = "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"
+
+
+def failing_torch_save(where, error=FULL_DISK):
+    """torch.save, but failing (by default with its zip writer's error for a full disk) in DCP's
+    optimizer shards ('optimizer') or in the trainer state ('trainer_state')."""
     def failing_save(obj, f, *args, **kwargs):
         optimizer_shard = not isinstance(f, (str, os.PathLike))  # DCP writes into open streams
         if optimizer_shard if where == "optimizer" else str(f).endswith("trainer_state.pt"):
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+            raise RuntimeError(error)
         return TORCH_SAVE(obj, f, *args, **kwargs)
     return failing_save
 
@@ -175,12 +179,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path, tiny, m
 def test_an_error_that_is_not_a_failed_write_is_raised_as_it_is(tmp_path, tiny, monkeypatch, where):
     """A bug in a save (here torch.save's RuntimeError with other words) keeps its own error and
     traceback: it is not reported as a full disk."""
-    def buggy_save(obj, f, *args, **kwargs):
-        optimizer_shard = not isinstance(f, (str, os.PathLike))
-        if optimizer_shard if where == "optimizer" else str(f).endswith("trainer_state.pt"):
-            raise RuntimeError("a bug in the state")
-        return TORCH_SAVE(obj, f, *args, **kwargs)
-    monkeypatch.setattr(torch, "save", buggy_save)
+    monkeypatch.setattr(torch, "save", failing_torch_save(where, error="a bug in the state"))
     with pytest.raises(BaseException, match="a bug in the state") as raised:  # DCP: BaseException
         save_whole_run(str(tmp_path / "ckpt"), tiny, 1)
     assert not isinstance(raised.value, SystemExit)
