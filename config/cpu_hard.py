@@ -8,9 +8,10 @@
 # Held out (avg@4, 200 problems), seeds 0-6 on a 2-core Zen 5 EPYC (AVX512-BF16, bf16),
 # 2026-12-05: 0.898 +- 0.020 at step 60, 0.925 +- 0.009 at step 80, in 17.6-18.6 min; 90 % at both
 # in 4 of 7 seeds. Plain GRPO (config/cpu_2digit.py) 0.748 +- 0.024 at step 80. In fp32 (a Zen 2
-# EPYC, AVX2 only, 2026-12-06) seed 0 held 0.912 / 0.924 at steps 60 / 80 in 64.5 min, seed 1
-# 0.866 / 0.909 in 59.4: the 20 minutes are a bf16 CPU's. Every run and probe (the rate, the
-# decay, the curriculum, three passes, a Xeon with AMX): docs/lab.md, "What cpu_hard shows" on.
+# EPYC, AVX2 only, 2026-12-06) seeds 0-2 held 0.883 +- 0.025 / 0.928 +- 0.021 at steps 60 / 80 in
+# 59-65 min (90 % at both in 1 of 3): the 20 minutes are a bf16 CPU's. Every run and probe (the
+# rate, the decay, the curriculum, three passes, a Xeon with AMX): docs/lab.md, "What cpu_hard
+# shows" on.
 exec(open('config/cpu_2digit.py').read())
 out_dir = 'out/cpu_hard'
 dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)
