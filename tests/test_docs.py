@@ -3,13 +3,14 @@ heading) that is there, the README's files table gives each file's true line cou
 `module.name` the docs point a reader at is defined at the top of that module. A stale statement
 is a defect like a bug; these are the ones a machine can catch."""
 import ast
+import functools
 import glob
 import os
 import re
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md", "CHANGELOG.md"] + sorted(
-    os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+PAGES = glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True)
+DOCS = ["README.md", "CHANGELOG.md"] + sorted(os.path.relpath(p, REPO) for p in PAGES)
 
 
 def read(path):
@@ -22,6 +23,7 @@ def prose(text):
     return re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
 
 
+@functools.lru_cache(maxsize=None)  # a page is parsed once, however many links lead to it
 def anchors(path):
     """GitHub's heading anchors: lower case, punctuation but '-' and '_' dropped, spaces -> '-'."""
     headings = re.findall(r"^#+ (.+)$", prose(read(path)), re.M)
@@ -55,6 +57,7 @@ def test_the_readme_files_table_gives_true_line_counts():
 EXTENSIONS = {"py", "jsonl", "json", "md", "png", "txt", "sh"}  # `train.jsonl` names a file
 
 
+@functools.lru_cache(maxsize=None)  # a module is parsed once
 def top_level_names(module):
     tree = ast.parse(read(f"{module}.py"))
     names = set()
