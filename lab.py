@@ -67,6 +67,9 @@ CONTROL = {'reward_control': 'random'}
 # the 1-digit demo in fp32 (dtype 'auto' on an AVX2 CPU), evals every 5 steps: where its fall shows
 DEMO_FP32 = dict(config='config/cpu_demo.py', steps=30, baseline='grpo',
                  common={'eval_interval': 5, 'dtype': 'float32'})
+# config/cpu_hard.py's dynamic sampling alone: the screen, trimmed to 8 live groups, one micro-batch
+SCREEN = {k: RECIPE[k] for k in ('dynamic_sampling', 'screen_size', 'oversample',
+                                         'trim_surplus', 'micro_batch_size')}
 
 # name -> claim, prediction, config (the task), steps, common (overrides of every arm), the arms
 # (the config's overrides; the control arm is added: the baseline's with CONTROL) and the
@@ -280,10 +283,26 @@ STUDIES = {
                    "step-30 accuracy higher than grpo's beyond the seed spread (0.83-0.90 a "
                    "seed), 12-16 min a run against grpo's 7-8 (3 times the answers a late step).",
         **DEMO_FP32,
-        arms={'grpo': {}, 'screen': {k: RECIPE[k] for k in ('dynamic_sampling', 'screen_size',
-                                                            'oversample', 'trim_surplus',
-                                                            'micro_batch_size')}},
+        arms={'grpo': {}, 'screen': SCREEN},
         verdicts=[('screen', 'grpo', 'eval/accuracy', 'higher')]),
+    'demo_cures': dict(
+        claim="demo_screen: dynamic sampling alone (behind the screen) lifted the demo's fp32 "
+              "curve but seed 0 still fell 0.068 below its peak; demo_recipe's other cures are "
+              "two passes a batch with Clip-Higher and the decay. demo_fp32_rate found that the "
+              "fall follows the distance the policy has moved (half the rate delays it), so two "
+              "passes, which move it further a step, should not cure it alone; the decay, which "
+              "shrinks the late steps, did not cure it alone either (demo_fall). The two arms "
+              "split demo_recipe's rest: the passes alone, and the screen with the decay.",
+        prediction="grpo's runs are demo_fp32_rate's. passes: above grpo at step 5 in every seed, "
+                   "and at least 1 of 3 seeds ends more than 0.04 below its peak (about 75 % "
+                   "sure), so not higher than grpo at step 30 beyond the spread; ~10 min a run. "
+                   "screen_decay: no seed ends more than 0.04 below its peak (about 60 %), step "
+                   "30 higher than grpo beyond the spread (about 80 %), ~17 min a run.",
+        **DEMO_FP32,
+        arms={'grpo': {}, 'passes': {'num_iterations': 2, 'eps_high': 0.28},
+              'screen_decay': {**SCREEN, 'decay_lr': True, 'min_lr': 2e-6}},
+        verdicts=[('passes', 'grpo', 'eval/accuracy', 'higher'),
+                  ('screen_decay', 'grpo', 'eval/accuracy', 'higher')]),
     'hard_recipe': dict(
         claim="The issue's headline: on the 2-digit task, where GRPO plateaus at 0.72-0.85 and "
               "swings, the one-pass recipe (config/cpu_hard.py until 2026-12-04) reaches >= 90 % "
