@@ -68,8 +68,8 @@ CONTROL = {'reward_control': 'random'}
 DEMO_FP32 = dict(config='config/cpu_demo.py', steps=30, baseline='grpo',
                  common={'eval_interval': 5, 'dtype': 'float32'})
 # config/cpu_hard.py's dynamic sampling alone: the screen, trimmed to 8 live groups, one micro-batch
-SCREEN = {k: RECIPE[k] for k in ('dynamic_sampling', 'screen_size', 'oversample',
-                                         'trim_surplus', 'micro_batch_size')}
+SCREEN = {k: RECIPE[k] for k in ('dynamic_sampling', 'screen_size', 'oversample', 'trim_surplus',
+                                  'micro_batch_size')}
 
 # name -> claim, prediction, config (the task), steps, common (overrides of every arm), the arms
 # (the config's overrides; the control arm is added: the baseline's with CONTROL) and the
