@@ -7,6 +7,7 @@ plots and a verdict by plot.py's seed-spread rule.
     python lab.py --list                          # the studies, their claims and arms
     python lab.py --study=clip_higher             # run what is missing, then write its page
     python lab.py --study=clip_higher --report    # only the page, from the runs there are
+    python lab.py --problems=out/cpu_hard/ckpt    # which held-out problems a checkpoint misses
 
 Every study has a control arm: its baseline trained on the random reward (reward_control='random':
 coins with the true success rate, the same advantage statistics and no signal; spurious rewards,
@@ -531,6 +532,81 @@ def report(name, study, run_dirs, docs, command):
     return os.path.join(docs, f'{name}.md')
 
 
+# -----------------------------------------------------------------------------
+# per problem: which held-out problems a checkpoint misses, and how surely
+
+def problem_counts(ckpt, samples, engine_kind='vllm'):
+    """Each held-out problem of the run that wrote ckpt (its eval rows, verifier, temperature and
+    answer length): (right, samples, answer, one wrong completion or None), `samples` answers a
+    problem from the checkpoint's weights, in the dtype train.py's 'auto' picks. An answer right in
+    0 of 32 is a confident error, which no group of G samples finds."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import rollout
+    from checkpoint import read_checkpoint_meta
+    from model import native_bf16
+    from rewards import TASKS, load_rows
+    meta = read_checkpoint_meta(ckpt)
+    if meta is None:
+        raise SystemExit(f"{ckpt}: no checkpoint there (no meta.json)")
+    config = meta['config']
+    if config.get('tool'):
+        raise SystemExit(f"{ckpt}: a run with a tool; --problems samples single-turn answers only")
+    rows = load_rows(config['eval_data_dir'] or config['data_dir'], 'test', 0)
+    rows = rows[:config['eval_problems']]
+    dtype = config['dtype'] if config['dtype'] != 'auto' else \
+        'bfloat16' if native_bf16('cpu') else 'float32'
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    engine = rollout.init_engine(engine_kind, ckpt, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32) \
+        if engine_kind == 'hf' else None
+    prompt_ids = rollout.encode_prompts(tokenizer, [row['prompt'] for row in rows])
+    out = rollout.generate(engine, tokenizer, prompt_ids, samples, config['max_new_tokens'],
+                           config['temperature'], model=model, top_p=config['top_p'],
+                           top_k=config['top_k'], autocast_dtype=torch.bfloat16 if dtype ==
+                           'bfloat16' else None)
+    rollout.shutdown(engine)  # a second checkpoint starts its own
+    score = TASKS[config['reward_fn']].score
+    counts = []
+    for i, row in enumerate(rows):
+        verdicts = [(score(c, row['answer']), c)
+                    for c in out['completions'][i * samples:(i + 1) * samples]]
+        wrong = [c for ok, c in verdicts if ok <= 0]
+        counts.append((samples - len(wrong), samples, row['answer'], wrong[0] if wrong else None))
+    return counts
+
+
+# a problem's pass rate: its bin's name, lo <= rate < hi
+PASS_BINS = [('0-0.5', 0.0, 0.5), ('0.5-0.9', 0.5, 0.9), ('0.9-1', 0.9, 1.0), ('1', 1.0, 2.0)]
+
+
+def problems_summary(counts, before=None):
+    """The lines lab.py --problems prints: accuracy, the problems and wrong answers by pass rate;
+    with `before` (an earlier checkpoint's counts), where the gain between the two came from."""
+    rate = [right / n for right, n, *_ in counts]
+    wrong = [n - right for right, n, *_ in counts]
+    lines = [f"{len(counts)} problems x {counts[0][1]}: accuracy {sum(rate) / len(rate):.4f}, "
+             f"{sum(wrong)} wrong answers, {sum(r == 0 for r in rate)} problems never right"]
+    for name, lo, hi in PASS_BINS:
+        mine = [i for i, r in enumerate(rate) if lo <= r < hi]
+        share = sum(wrong[i] for i in mine) / max(sum(wrong), 1)
+        lines.append(f"  pass rate {name:>7}: {len(mine):4d} problems, {share:4.0%} of the wrong "
+                     f"answers")
+    lines += [f"  {right:3d}/{n} right, answer {answer}: {text!r}"
+              for right, n, answer, text in sorted(counts, key=lambda c: c[0]) if right < n / 2]
+    if before:
+        earlier = [right / n for right, n, *_ in before]
+        lines.append(f"gain since the first checkpoint by its pass rate "
+                     f"({sum(abs(b - a) > 0.3 for a, b in zip(earlier, rate))} problems moved "
+                     f"by more than 0.3):")
+        for name, lo, hi in PASS_BINS:
+            mine = [i for i, r in enumerate(earlier) if lo <= r < hi]
+            gain = sum(rate[i] - earlier[i] for i in mine) / len(rate)
+            lines.append(f"  pass rate {name:>7}: {len(mine):4d} problems, accuracy {gain:+.4f}")
+    return lines
+
+
 if __name__ == '__main__':
     parser = argparse.ArgumentParser(description=__doc__.strip().split('\n\n')[0])
     parser.add_argument('--study', choices=list(STUDIES))
@@ -540,7 +616,17 @@ if __name__ == '__main__':
     parser.add_argument('--docs', default='docs/lab', help="the pages and figures go here")
     parser.add_argument('--report', action='store_true', help='only write the page')
     parser.add_argument('--no_control', action='store_true', help='no random-reward arm')
+    parser.add_argument('--problems', nargs='+', metavar='CKPT',
+                        help="each held-out problem's pass rate (two: the gain between them)")
+    parser.add_argument('--samples', type=int, default=32, help='answers a problem, --problems')
     args = parser.parse_args()
+    if args.problems:
+        if len(args.problems) > 2:
+            parser.error(f"--problems takes one or two checkpoints, got {len(args.problems)}")
+        counts = [problem_counts(ckpt, args.samples) for ckpt in args.problems]
+        for i, ckpt in enumerate(args.problems):  # the second with the gain since the first
+            print('\n'.join([f"{ckpt}:", *problems_summary(counts[i], counts[0] if i else None)]))
+        sys.exit(0)
     if args.list or not args.study:
         for name, s in STUDIES.items():
             print(f"{name}: {s['claim']}\n  arms: {', '.join(s['arms'])} + random_reward; "

@@ -324,3 +324,56 @@ def test_the_cured_demo_config_is_the_demo_cures_arm_that_held():
              if demo.get(k) != v and k != "out_dir" and not k.startswith("__")}
     assert cured == lab.STUDIES["demo_cures"]["arms"]["screen_decay"]
     assert cured == {**lab.SCREEN, "decay_lr": True, "min_lr": 2e-6}
+
+
+def test_the_problems_summary_counts_by_pass_rate():
+    """lab.py --problems: five problems of 4 answers; the wrong answers and the gain since an
+    earlier checkpoint, by pass rate, counted by hand."""
+    import lab
+    counts = [(0, 4, '51', '24 + 27 = 41'), (1, 4, '98', '28 + 70 = 108'), (3, 4, '60', '50'),
+              (4, 4, '7', None), (4, 4, '9', None)]
+    before = [(4, 4, '51', None), (0, 4, '98', 'x'), (3, 4, '60', 'x'), (4, 4, '7', None),
+              (2, 4, '9', 'x')]
+    assert lab.problems_summary(counts, before) == [
+        "5 problems x 4: accuracy 0.6000, 8 wrong answers, 1 problems never right",
+        "  pass rate   0-0.5:    2 problems,  88% of the wrong answers",  # 4 + 3 of 8
+        "  pass rate 0.5-0.9:    1 problems,  12% of the wrong answers",
+        "  pass rate   0.9-1:    0 problems,   0% of the wrong answers",
+        "  pass rate       1:    2 problems,   0% of the wrong answers",
+        "    0/4 right, answer 51: '24 + 27 = 41'",
+        "    1/4 right, answer 98: '28 + 70 = 108'",
+        "gain since the first checkpoint by its pass rate (2 problems moved by more than 0.3):",
+        "  pass rate   0-0.5:    1 problems, accuracy +0.0500",  # 0 -> 1/4, over 5 problems
+        "  pass rate 0.5-0.9:    2 problems, accuracy +0.1000",  # 3/4 -> 3/4, 2/4 -> 4/4
+        "  pass rate   0.9-1:    0 problems, accuracy +0.0000",
+        "  pass rate       1:    2 problems, accuracy -0.2000"]  # 4/4 -> 0, 4/4 -> 4/4
+
+
+def test_the_problem_counts_are_the_verifiers_verdicts(tmp_path, small_model, monkeypatch):
+    """lab.problem_counts on a checkpoint folder (the 2-layer model, a meta.json) with the HF
+    engine: each of the run's eval problems, in order, gets `samples` answers from its prompt, and
+    its right count is the verifier's (here: an even number of characters is right)."""
+    import lab
+    import rewards
+    for name in os.listdir(small_model):
+        os.symlink(os.path.join(small_model, name), tmp_path / name)
+    rows = [{"prompt": [{"role": "user", "content": f"What is {a} + {a}?"}], "answer": str(2 * a)}
+            for a in (3, 5, 7)]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = dict(data_dir=str(tmp_path), eval_data_dir='', eval_problems=2, reward_fn='arithmetic',
+                  tool='', dtype='float32', max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0)
+    (tmp_path / "meta.json").write_text(json.dumps({"step": 1, "config": config}))
+    seen = []
+    def even(completion, answer):
+        seen.append((completion, answer))
+        return float(len(completion) % 2 == 0)
+    task = rewards.TASKS['arithmetic']._replace(score=even)
+    monkeypatch.setitem(rewards.TASKS, 'arithmetic', task)
+    torch.manual_seed(0)
+    counts = lab.problem_counts(str(tmp_path), samples=5, engine_kind='hf')
+    assert [answer for _, answer in seen] == ['6'] * 5 + ['10'] * 5  # eval_problems = 2, in order
+    for (right, n, answer, wrong), mine in zip(counts, (seen[:5], seen[5:])):
+        odd = [c for c, _ in mine if len(c) % 2]
+        assert (right, n, answer, wrong) == (5 - len(odd), 5, mine[0][1], odd[0] if odd else None)
+    with pytest.raises(SystemExit, match="no checkpoint there"):
+        lab.problem_counts(str(tmp_path / "none"), samples=5, engine_kind='hf')
