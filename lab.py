@@ -624,6 +624,8 @@ if __name__ == '__main__':
         if len(args.problems) > 2:
             parser.error(f"--problems takes one or two checkpoints, got {len(args.problems)}")
         counts = [problem_counts(ckpt, args.samples) for ckpt in args.problems]
+        if len(counts) == 2 and [c[2] for c in counts[0]] != [c[2] for c in counts[1]]:
+            parser.error(f"{' and '.join(args.problems)} were held out on other problems")
         for i, ckpt in enumerate(args.problems):  # the second with the gain since the first
             print('\n'.join([f"{ckpt}:", *problems_summary(counts[i], counts[0] if i else None)]))
         sys.exit(0)
