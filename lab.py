@@ -570,9 +570,8 @@ def problem_counts(ckpt, samples, engine_kind='vllm'):
     score = TASKS[config['reward_fn']].score
     counts = []
     for i, row in enumerate(rows):
-        verdicts = [(score(c, row['answer']), c)
-                    for c in out['completions'][i * samples:(i + 1) * samples]]
-        wrong = [c for ok, c in verdicts if ok <= 0]
+        wrong = [c for c in out['completions'][i * samples:(i + 1) * samples]
+                 if score(c, row['answer']) <= 0]
         counts.append((samples - len(wrong), samples, row['answer'], wrong[0] if wrong else None))
     return counts
 
