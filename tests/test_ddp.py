@@ -198,6 +198,10 @@ def test_torchrun_vllm_ddp_two_nodes_then_fsdp_then_one_process(tmp_path, small_
     assert [r["step"] for r in log if "eval/accuracy" in r] == [0, 2, 3, 4]
     first = max(steps[0]["rollout_mismatch"], 1e-3)
     for r in steps:
-        # entropy_coef at lr 1e-4 raises the entropy (6.3 nats at step 3 here): no upper bound
+        # entropy_coef at lr 1e-4 raises the entropy (6.3 nats at step 3 on one CPU, 1.55 on a Xeon
+        # with AMX): no upper bound
         assert r["grad_norm"] > 0 and r["updates_applied"] == 1 and r["entropy"] > 0.3, r
-        assert r["rollout_mismatch"] < 3 * first, (r["step"], r["rollout_mismatch"], first)
+        # the engines follow the trainer: under the sync guard's own bound (stop_mismatch, 10x step
+        # 1's); a no-op sync reads 31.8x at step 2, a working one grows with the policy's moves (on a
+        # 2-core Xeon with AMX, bf16, 2026-12-07: 2.27x / 3.01x / 1.64x at steps 2 / 3 / 4)
+        assert r["rollout_mismatch"] < 10 * first, (r["step"], r["rollout_mismatch"], first)
