@@ -118,6 +118,11 @@ for _key, _valid in [('loss_type', _losses.LOSS_TYPES), ('reward_fn', tuple(_rew
                    ('tool', ('', *_tools.TOOLS))]:
     if globals()[_key] not in _valid:
         config_error(f"{_key}={globals()[_key]!r}; valid: {', '.join(v for v in _valid if v)}")
+if tool and stop_string:  # a tool's turns end at its own closing tags (tools.tool_rollout)
+    config_error(f"stop_string={stop_string!r} with tool={tool!r}: a tool's turns stop at its tags")
+if '\\n' in stop_string:  # the shell passes --stop_string=\n as a backslash and an n, not a newline
+    config_error(f"stop_string={stop_string!r} holds a backslash and an n: for a newline write "
+                 f"--stop_string=\"'\\n'\" (Python's quotes kept) or set it in a config file")
 # every number's valid range, keys grouped by it (a None default may stay None). The comparisons
 # are written so that a NaN (a config file's float('nan')) fails them too.
 for _valid, _in_range, _keys in [

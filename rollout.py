@@ -175,10 +175,11 @@ def sync_weights(engine, model, weights=None):
 
 
 def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, temperature,
-             model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16, tool=None):
+             model=None, top_p=1.0, top_k=0, autocast_dtype=torch.bfloat16, tool=None, stop=''):
     """Sample group_size completions for each prompt; return the samples described at the top, still
     unpadded (make_batch pads them). No prompt (an eval rank with no problem when there are fewer
-    than ranks): every list empty and rollout_logp None, whatever the engine. tool: a dict of
+    than ranks): every list empty and rollout_logp None, whatever the engine. stop: a string that
+    also ends a completion, right after the token that completes it ('': only an EOS). tool: a dict of
     tools.tool_rollout's keywords (the tool's name, max_tool_calls, timeout): multi-turn samples,
     the model's turns and the tool's results in each completion (tools.py)."""
     if not prompt_token_ids:
@@ -199,7 +200,8 @@ def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, te
     if engine["kind"] == "vllm":
         from vllm import SamplingParams
         params = SamplingParams(n=group_size, temperature=temperature, top_p=top_p, top_k=top_k or -1,
-                                max_tokens=max_new_tokens, logprobs=0, seed=None)
+                                max_tokens=max_new_tokens, logprobs=0, seed=None,
+                                stop=[stop] if stop else None)
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_ids]
         outputs = engine["llm"].generate(requests, params, use_tqdm=False)
         completions, logps, truncated = [], [], []
@@ -207,12 +209,16 @@ def generate(engine, tokenizer, prompt_token_ids, group_size, max_new_tokens, te
             for sample in out.outputs:
                 completions.append(list(sample.token_ids))
                 logps.append([lp[tok].logprob for lp, tok in zip(sample.logprobs, sample.token_ids)])
-                # vLLM's own verdict: it stopped on max_tokens, not on one of its stop ids
+                # vLLM's own verdict: it stopped on max_tokens, not on a stop id or the stop string
                 truncated.append(sample.finish_reason == "length")
     else:
         completions, truncated = _hf_generate(model, tokenizer, prompt_token_ids, group_size,
                                               max_new_tokens, temperature, top_p, top_k,
                                               autocast_dtype)
+        # cut after the stop string as vLLM does (what HF sampled after it is dropped)
+        ends = [stop_end(tokenizer, row, stop) if stop else None for row in completions]
+        completions = [row if end is None else row[:end] for row, end in zip(completions, ends)]
+        truncated = [cut and end is None for cut, end in zip(truncated, ends)]
         logps = None
     return {"prompt_ids": [ids for ids in prompt_token_ids for _ in range(group_size)],
             "completion_ids": completions, "rollout_logp": logps, "truncated": truncated,

@@ -78,6 +78,7 @@ rollout_engine = 'vllm'       # 'vllm' (colocated engine) or 'hf' (plain generat
 prompts_per_step = 8          # distinct prompts per step
 group_size = 8                # G: samples per prompt
 max_new_tokens = 16           # L_max: completions are cut here (and marked truncated)
+stop_string = ''              # also end an answer right after this string ('\n': one-line answers)
 temperature = 1.0             # sampling temperature; log-probs are scored at the same T
 top_p = 1.0                   # keep 1.0 and top_k 0 unless you mean it: both bias the IS ratio
 top_k = 0
@@ -376,7 +377,7 @@ def rollout(rows, G, tool_calls=max_tool_calls):
     tool_kw = tool and {'name': tool, 'max_tool_calls': tool_calls, 'timeout': tool_timeout}
     samples = generate(engine, tokenizer, prompt_ids, G, max_new_tokens, temperature,
                        model=model, top_p=top_p, top_k=top_k, autocast_dtype=autocast_dtype,
-                       tool=tool_kw)
+                       tool=tool_kw, stop=stop_string)
     samples['prompt'] = [rows[i // G]['prompt'][-1]['content'] for i in range(len(rows) * G)]
     samples['answer'] = [rows[i // G]['answer'] for i in range(len(rows) * G)]
     samples['correct'] = [verify(c, a) for c, a in zip(samples['completions'], samples['answer'])]

@@ -48,6 +48,9 @@ BAD = [
     (["--screen_size=2"], "screen_size=2 needs dynamic_sampling=True and 2 <= screen_size < "),
     (["--dynamic_sampling=True", "--screen_size=8"], "screen_size=8 needs dynamic_sampling=True"),
     (["--dynamic_sampling=True", "--screen_size=1"], "screen_size=1 needs dynamic_sampling=True"),
+    # the shell's --stop_string=\n is a backslash and an n: a stop that never comes, not a newline
+    (["--stop_string=\\n"], "stop_string='\\\\n' holds a backslash and an n: for a newline write"),
+    (["--tool=calc", "--stop_string='.'"], "stop_string='.' with tool='calc': a tool's turns stop"),
 ]
 
 
@@ -105,6 +108,7 @@ VALID = [[NO_MODEL], ["--init_from=resume"], ["--init_from=owner/name"],  # a hu
          [NO_MODEL, "--top_p=1.0", "--learning_rate=0.0", "--grad_clip=0.0", "--eps_low=0.0",
           "--eps_high=0.0", "--reward_wrong=-1.0", "--gae_lambda=1.0", "--clip_cov_lb=5.0"],
          [NO_MODEL, "--entropy_coef=-0.01"],  # entropy minimisation
+         [NO_MODEL, "--stop_string='\\n'"],  # Python's quotes kept: a newline
          [NO_MODEL, "--eval_interval=0", "--eval_samples=0", "--eval_problems=0"],
          [NO_MODEL, "--value_warmup_steps=0", "--ckpt_interval=-1", "--max_iters=0"]]
 # the advantage's scale: the variant's default (VARIANTS' adv), an explicit adv_scale still wins

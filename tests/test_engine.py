@@ -119,6 +119,24 @@ def test_both_engines_return_the_same_structure(setup):
     assert ((logp - rl).abs() * m).sum() / m.sum() < 0.2
 
 
+def test_a_stop_string_ends_answers_alike_on_both_engines(setup):
+    """stop: an answer ends right after the token that completes the stop string (vLLM's stop,
+    HF's cut afterwards), and such an answer is not truncated. A space comes within a few tokens of
+    nearly every answer to this prompt, so most answers must end there on both engines."""
+    model, tokenizer, engine, _ = setup
+    prompt_ids = encode_prompts(tokenizer, [[{"role": "user", "content": "Describe the sea."}]])
+    for eng in (engine, init_engine("hf", MODEL_DIR)):
+        samples = generate(eng, tokenizer, prompt_ids, 8, MAX_NEW, 1.0, model=model, stop=" ")
+        stopped = 0
+        for ids, truncated in zip(samples["completion_ids"], samples["truncated"]):
+            text, before = tokenizer.decode(ids), tokenizer.decode(ids[:-1])
+            assert " " not in before, (eng["kind"], text)  # nothing kept after the stop
+            stopped += " " in text
+            assert truncated == (len(ids) == MAX_NEW and " " not in text and ids[-1] not in
+                                 stop_token_ids(tokenizer, model.generation_config))
+        assert stopped >= 6, (eng["kind"], samples["completions"])
+
+
 def test_two_rounds_are_padded_once_to_the_widest(setup):
     """Dynamic sampling merges rounds by concatenating their samples, then make_batch pads them
     once: every row's prompt left-padded to the widest prompt of either round, its completion

@@ -305,13 +305,15 @@ def test_every_study_names_keys_the_trainer_has_and_data_the_lab_can_make():
 def test_the_screen_recipe_arm_is_the_recipes_cures():
     """lab.RECIPE is what config/cpu_hard.py sets over the 2-digit task's config: its cures, read
     from the file (its length, evals and out_dir aside); screen_recipe's arm is that at the rate
-    its runs had (3e-5, the config's until 2026-12-05); hard_recipe keeps the one-pass recipe."""
+    its runs had (3e-5, the config's until 2026-12-05, no stop string before 2026-12-07);
+    hard_recipe keeps the one-pass recipe."""
     import lab
     assert lab.RECIPE == {
         'dynamic_sampling': True, 'screen_size': 2, 'oversample': 12, 'trim_surplus': True,
         'num_iterations': 2, 'eps_high': 0.28, 'micro_batch_size': 64, 'learning_rate': 4e-5,
-        'decay_lr': True, 'min_lr': 3e-6}
-    assert lab.STUDIES['screen_recipe']['arms']['recipe'] == {**lab.RECIPE, 'learning_rate': 3e-5}
+        'decay_lr': True, 'min_lr': 3e-6, 'stop_string': '\n'}
+    assert lab.STUDIES['screen_recipe']['arms']['recipe'] == {**lab.RECIPE, 'learning_rate': 3e-5,
+                                                              'stop_string': ''}
     assert lab.STUDIES['hard_recipe']['arms']['recipe'] == lab.ONE_PASS
 
 
