@@ -107,10 +107,11 @@ def init_engine(kind, model_path, seed=0, gpu_memory_utilization=0.3, fp32_head=
     was no longer the policy being trained).
 
     sleep_mode: GPU only (it frees GPU memory for the update), ignored on CPU. enforce_eager: no
-    CUDA graphs (None: on CPU, which has none; on GPU graphs make decoding faster and cost
-    memory). The runner is printed: on GPU, vLLM 0.32 / 0.33 take Model Runner V2 wherever Triton
-    is installed, which no CPU test runs (the CPU build runs V1); VLLM_USE_V2_MODEL_RUNNER=0 goes
-    back to V1 if the sync guard (train.py's stop_mismatch) trips there."""
+    compiled model (None: eager on CPU, where compiling costs ~70 s at the start; on GPU, CUDA
+    graphs: faster decoding for some memory). The runner is printed: on GPU, vLLM 0.32 / 0.33
+    take Model Runner V2 wherever Triton is installed, which no CPU test runs (the CPU build runs
+    V1); VLLM_USE_V2_MODEL_RUNNER=0 goes back to V1 if the sync guard (train.py's stop_mismatch)
+    trips there."""
     if kind == "hf":
         return {"kind": "hf"}
     if kind != "vllm":

@@ -101,7 +101,7 @@ tool_timeout = 5.0            # seconds a call may take (a user's tool: its work
 vllm_gpu_memory_utilization = 0.3  # GPU memory for vLLM (CPU: VLLM_CPU_KVCACHE_SPACE GiB)
 vllm_fp32_head = True         # MiniMax-M1: the sampler's LM head in FP32 as well
 vllm_sleep = True             # GPU only: vLLM frees its KV cache while the trainer runs
-vllm_enforce_eager: bool = None  # no CUDA graphs; None: True on CPU, False (graphs) on GPU
+vllm_enforce_eager: bool = None  # no torch.compile / CUDA graphs; None: True on CPU, False on GPU
 # loss (losses.py; the per-variant defaults are its VARIANTS table, these knobs its LOSS_HP)
 loss_type = 'grpo'            # one of losses.LOSS_TYPES
 # what A is divided by: 'group' (its std) | 'batch' | 'none' (Dr. GRPO); None = the variant's (VARIANTS)
