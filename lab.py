@@ -65,9 +65,9 @@ RECIPE = {k: v for k, v in config_values('config/cpu_hard.py').items()
 ONE_PASS = {'dynamic_sampling': True, 'oversample': 3, 'trim_surplus': True, 'num_iterations': 1,
             'micro_batch_size': 64, 'learning_rate': 3e-5, 'decay_lr': True, 'min_lr': 3e-6}
 CONTROL = {'reward_control': 'random'}
-# the 1-digit demo in fp32 (dtype 'auto' on an AVX2 CPU), evals every 5 steps: where its fall shows
-DEMO_FP32 = dict(config='config/cpu_demo.py', steps=30, baseline='grpo',
-                 common={'eval_interval': 5, 'dtype': 'float32'})
+# the 1-digit demo, evals every 5 steps; in fp32 (dtype 'auto' on an AVX2 CPU) its fall shows
+DEMO = dict(config='config/cpu_demo.py', steps=30, baseline='grpo', common={'eval_interval': 5})
+DEMO_FP32 = {**DEMO, 'common': {**DEMO['common'], 'dtype': 'float32'}}
 # config/cpu_hard.py's dynamic sampling alone: the screen, trimmed to 8 live groups, one micro-batch
 SCREEN = {k: RECIPE[k] for k in ('dynamic_sampling', 'screen_size', 'oversample', 'trim_surplus',
                                   'micro_batch_size')}
@@ -219,7 +219,7 @@ STUDIES = {
                    "the eval's noise, with no common direction over the seeds (the fall is one "
                    "seed's swing, not forgetting); decay's step-30 accuracy is not lower than "
                    "grpo's, and its late swings are smaller.",
-        config='config/cpu_demo.py', steps=30, baseline='grpo', common={'eval_interval': 5},
+        **DEMO,
         # fp32: added after grpo and decay had run on a bf16 CPU and shown no fall by step 30;
         # the fall was measured on an AVX2 CPU, where dtype 'auto' is fp32
         arms={'grpo': {}, 'decay': {'decay_lr': True, 'min_lr': 2e-6}, 'fp32': {'dtype': 'float32'}},
@@ -304,6 +304,18 @@ STUDIES = {
               'screen_decay': {**SCREEN, 'decay_lr': True, 'min_lr': 2e-6}},
         verdicts=[('passes', 'grpo', 'eval/accuracy', 'higher'),
                   ('screen_decay', 'grpo', 'eval/accuracy', 'higher')]),
+    'demo_cures_bf16': dict(
+        claim="demo_cures: the screen with the decay (config/cpu_demo_cured.py) stopped the demo's "
+              "fall in fp32. demo_decline: in bf16 the demo did not fall by step 30 and climbed "
+              "slower (0.17-0.23 at step 5 against fp32's 0.52), and the decay alone lowered its "
+              "step 30. Does the cured config hold in bf16, where there is no fall to stop?",
+        prediction="Both arms in bf16 (dtype 'auto' on a CPU with bf16 matmuls). screen_decay's "
+                   "step 30 is higher than grpo's beyond the spread (0.85-0.90 against 0.78-0.85); "
+                   "no seed of either arm ends more than 0.04 below its own peak; ~2x grpo's "
+                   "minutes a run.",
+        **DEMO,
+        arms={'grpo': {}, 'screen_decay': {**SCREEN, 'decay_lr': True, 'min_lr': 2e-6}},
+        verdicts=[('screen_decay', 'grpo', 'eval/accuracy', 'higher')]),
     'hard_recipe': dict(
         claim="The issue's headline: on the 2-digit task, where GRPO plateaus at 0.72-0.85 and "
               "swings, the one-pass recipe (config/cpu_hard.py until 2026-12-04) reaches >= 90 % "

@@ -5,8 +5,9 @@
 # Held out (avg@4, 100 problems), seeds 0-2 on a 2-core Zen 2 EPYC (AVX2 only, fp32), 2026-12-06:
 # 0.873 / 0.880 / 0.895 at step 30, no eval more than 0.003 below an earlier one, in 16.9-17.3 min;
 # the demo's GRPO 0.593 / 0.780 / 0.632 in 7.2-8.3 min. Seed 2 run to 60 steps (--max_iters=60):
-# 0.940, no fall, 40.8 min. On a CPU with bf16 matmuls (dtype 'auto' is bf16 there) the demo did
-# not fall in 3 seeds, and this config is not measured.
+# 0.940, no fall, 40.8 min. In bf16 (dtype 'auto' on a 2-core Xeon with AMX, 2026-12-07): 0.782 /
+# 0.845 / 0.812 at step 30 in 7.8-9.0 min, the demo's GRPO 0.838 / 0.775 / 0.780 in 4.4-5.6 (its
+# seed 1 fell from 0.828): level at step 30, ahead by step 10 (docs/lab.md, demo_cures_bf16).
 exec(open('config/cpu_demo.py').read())
 out_dir = 'out/cpu_demo_cured'
 dynamic_sampling = True       # groups that all agree are dropped and refilled (DAPO)

@@ -319,12 +319,14 @@ def test_the_screen_recipe_arm_is_the_recipes_cures():
 
 def test_the_cured_demo_config_is_the_demo_cures_arm_that_held():
     """config/cpu_demo_cured.py sets over config/cpu_demo.py exactly what demo_cures' screen_decay
-    arm ran (its out_dir aside): the screen's dynamic sampling and the decay."""
+    arm ran in fp32 and demo_cures_bf16's in bf16 (its out_dir aside): the screen's dynamic
+    sampling and the decay."""
     import lab
     demo = lab.config_values("config/cpu_demo.py")
     cured = {k: v for k, v in lab.config_values("config/cpu_demo_cured.py").items()
              if demo.get(k) != v and k != "out_dir" and not k.startswith("__")}
     assert cured == lab.STUDIES["demo_cures"]["arms"]["screen_decay"]
+    assert cured == lab.STUDIES["demo_cures_bf16"]["arms"]["screen_decay"]
     assert cured == {**lab.SCREEN, "decay_lr": True, "min_lr": 2e-6}
 
 
