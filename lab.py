@@ -71,6 +71,8 @@ DEMO_FP32 = {**DEMO, 'common': {**DEMO['common'], 'dtype': 'float32'}}
 # config/cpu_hard.py's dynamic sampling alone: the screen, trimmed to 8 live groups, one micro-batch
 SCREEN = {k: RECIPE[k] for k in ('dynamic_sampling', 'screen_size', 'oversample', 'trim_surplus',
                                   'micro_batch_size')}
+# the demo's cures that stopped its fall in fp32 (demo_cures): config/cpu_demo_cured.py
+CURED = {**SCREEN, 'decay_lr': True, 'min_lr': 2e-6}
 
 # name -> claim, prediction, config (the task), steps, common (overrides of every arm), the arms
 # (the config's overrides; the control arm is added: the baseline's with CONTROL) and the
@@ -301,7 +303,7 @@ STUDIES = {
                    "30 higher than grpo beyond the spread (about 80 %), ~17 min a run.",
         **DEMO_FP32,
         arms={'grpo': {}, 'passes': {'num_iterations': 2, 'eps_high': 0.28},
-              'screen_decay': {**SCREEN, 'decay_lr': True, 'min_lr': 2e-6}},
+              'screen_decay': CURED},
         verdicts=[('passes', 'grpo', 'eval/accuracy', 'higher'),
                   ('screen_decay', 'grpo', 'eval/accuracy', 'higher')]),
     'demo_cures_bf16': dict(
@@ -314,7 +316,7 @@ STUDIES = {
                    "no seed of either arm ends more than 0.04 below its own peak; ~2x grpo's "
                    "minutes a run.",
         **DEMO,
-        arms={'grpo': {}, 'screen_decay': {**SCREEN, 'decay_lr': True, 'min_lr': 2e-6}},
+        arms={'grpo': {}, 'screen_decay': CURED},
         verdicts=[('screen_decay', 'grpo', 'eval/accuracy', 'higher')]),
     'hard_recipe': dict(
         claim="The issue's headline: on the 2-digit task, where GRPO plateaus at 0.72-0.85 and "
